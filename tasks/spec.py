@@ -1,0 +1,72 @@
+"""What a task is: its name, how its data is made, and how its tokens read back as text.
+
+`tasks` never imports `lra` or `models`: the runner reads a task's `TaskSpec` (from the prepared
+cache's meta.json) and builds the model from it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+  """Shapes the model needs, read from a prepared cache (never from a config).
+
+  Attributes:
+    vocab_size: number of token ids, pad included.
+    seq_len: T, the padded length of one input sequence.
+    num_classes: C.
+    dual: True when an example is a pair of sequences (Retrieval).
+    pad_id: the id that marks padding, or None when every position is real (pixels).
+  """
+  vocab_size: int
+  seq_len: int
+  num_classes: int
+  dual: bool = False
+  pad_id: int | None = 0
+
+  @classmethod
+  def from_meta(cls, meta: Mapping[str, Any]) -> "TaskSpec":
+    return cls(vocab_size=int(meta["vocab_size"]), seq_len=int(meta["seq_len"]),
+               num_classes=int(meta["num_classes"]), dual=bool(meta.get("dual", False)),
+               pad_id=meta.get("pad_id", 0))
+
+
+class TaskNotBuiltError(NotImplementedError):
+  """Raised when a registered task has no loader yet."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One LRA task as the registry sees it.
+
+  Attributes:
+    name: registry key, equal to the module's file name.
+    description: one line for `lra list`.
+    data_hint: what the user runs to make the data (printed when the cache is missing).
+    prepare: `prepare(source: Path, out_dir: Path, **options) -> dict` turns a raw source into a
+      cache (see tasks.cache) and returns its meta; None while the task is not built.
+    decode: `decode(tokens[T]) -> str`, the symbols a model sees, for `lra data inspect`.
+    generate_small: `generate_small(raw_dir: Path, seed: int, **params)` writes a small raw source
+      for the smoke/demo presets, for tasks whose data the suite can generate.
+  """
+  name: str
+  description: str
+  data_hint: str
+  prepare: Callable[..., dict] | None = None
+  decode: Callable[[np.ndarray], str] | None = None
+  generate_small: Callable[..., None] | None = None
+
+  def require_built(self) -> None:
+    if self.prepare is None:
+      raise TaskNotBuiltError(
+          f"Task '{self.name}' is registered but its loader is not built yet in this version of "
+          f"the suite. Built tasks: see `lra list`.")
+
+  def prepare_cache(self, source: Path, out_dir: Path, **options) -> dict:
+    self.require_built()
+    return self.prepare(Path(source), Path(out_dir), **options)
