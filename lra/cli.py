@@ -33,6 +33,29 @@ def build_parser() -> argparse.ArgumentParser:
 
   sub.add_parser("list", help="tasks, mixers and presets")
 
+  table = sub.add_parser("table", help="rebuild results/tables/* (and the README block) from "
+                         "results/runs/*")
+  table.add_argument("--results-dir", type=Path, default=Path("results"))
+  table.add_argument("--readme", type=Path, help="README with the lra-table markers (default: "
+                     "README.md beside the results dir, if it exists)")
+  table.add_argument("--check", action="store_true", help="write nothing; exit 1 if the tables "
+                     "differ from what the runs give")
+
+  sweep = sub.add_parser("sweep", help="every (task, mixer, seed) run: print, run or emit a "
+                         "Slurm array; complete runs are skipped, partial ones resume")
+  sweep.add_argument("--tasks", nargs="+", required=True)
+  sweep.add_argument("--mixers", nargs="+", required=True)
+  sweep.add_argument("--seeds", nargs="+", type=int, default=[0])
+  sweep.add_argument("--preset", default="paper")
+  sweep.add_argument("--data-dir", type=Path)
+  sweep.add_argument("--results-dir", type=Path, default=Path("results"))
+  sweep.add_argument("--run", action="store_true", help="run the pending commands one by one")
+  sweep.add_argument("--emit", choices=("commands", "slurm"), default="commands")
+  sweep.add_argument("--out", type=Path, default=Path("lra_sweep.sbatch"),
+                     help="where --emit slurm writes the array job script")
+  sweep.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                     help="extra #SBATCH line, e.g. --sbatch=--gres=gpu:1 (repeatable)")
+
   data = sub.add_parser("data", help="generate, prepare and inspect data")
   data_sub = data.add_subparsers(dest="data_command", required=True)
   gen = data_sub.add_parser("generate", help="write LRA-format files (no download)")
@@ -87,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
+  if args.command == "table":
+    return table_command(args)
+  if args.command == "sweep":
+    from lra import sweep
+    return sweep.main(args, overrides)
   from lra import data_commands, run  # deferred: `lra --help` should not wait for JAX
   if args.command is None:
     return run_demo(args, overrides)
@@ -102,6 +130,23 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
   if args.command == "data":
     return data_commands.dispatch(args)
   raise AssertionError(args.command)
+
+
+def table_command(args: argparse.Namespace) -> int:
+  from lra import tables
+  readme = args.readme
+  if readme is None and (args.results_dir.parent / "README.md").exists():
+    readme = args.results_dir.parent / "README.md"
+  if args.check:
+    stale = tables.check(args.results_dir, readme)
+    for path in stale:
+      print(f"lra table --check: {path} differs from what the runs give", file=sys.stderr)
+    if stale:
+      print("Run `lra table` and commit the result.", file=sys.stderr)
+    return 1 if stale else 0
+  for path in tables.write(args.results_dir, readme):
+    print(f"wrote {path}")
+  return 0
 
 
 def print_result(result: dict) -> None:

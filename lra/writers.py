@@ -8,8 +8,6 @@ import subprocess
 from pathlib import Path
 from typing import Any, Mapping
 
-import jax
-
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
   """Writes to a temporary file, fsyncs, then renames over the target."""
@@ -79,7 +77,8 @@ def git_sha(cwd: Path | None = None) -> str:
 
 def environment() -> dict[str, Any]:
   """Where a result came from: device, host, versions."""
-  import flax
+  import flax  # deferred, like jax: readers of run files (lra table, notebooks) need neither
+  import jax
   import optax
   device = jax.devices()[0]
   return {

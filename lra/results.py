@@ -1,0 +1,161 @@
+"""Reading run directories: every run's final.json as a DataFrame, a run's curves, seed summaries.
+
+Notebooks and `lra table` read results/ through this module only, so the layout
+`results/runs/<task>/<mixer>/<run>/{config.json,metrics.jsonl,final.json}` is known in one place.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import statistics
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from lra.writers import read_metrics
+
+_SEED_SUFFIX = re.compile(r"_seed\d+$")
+# Columns of load_runs() taken from final.json as they are (nested dicts are flattened elsewhere).
+FINAL_KEYS = ("status", "task", "mixer", "preset", "seed", "step", "num_steps", "best_step",
+              "val_accuracy", "test_accuracy", "test_accuracy_last", "chance_accuracy",
+              "majority_accuracy", "num_params", "steps_per_s", "wall_time_s", "seq_len",
+              "device", "num_devices", "git_sha")
+
+
+def find_results_dir(start: Path | str | None = None) -> Path:
+  """The nearest `results/` folder holding `runs/`, searching `start` (default cwd) and parents.
+
+  Lets a notebook opened from notebooks/ or a script run from the repo root find the same runs.
+  """
+  here = Path(start or Path.cwd()).resolve()
+  for folder in (here, *here.parents):
+    if (folder / "results" / "runs").is_dir():
+      return folder / "results"
+    if folder.name == "results" and (folder / "runs").is_dir():
+      return folder
+  raise FileNotFoundError(f"No results/runs/ folder in {here} or its parents; run "
+                          "`lra run TASK MIXER` first, or pass the results folder explicitly.")
+
+
+def config_fingerprint(config: dict[str, Any]) -> str:
+  """A short hash of a run's config without its seed: runs with equal fingerprints are seeds of
+  one experiment, and only those are averaged together."""
+  config = json.loads(json.dumps(config))
+  config.get("train", {}).pop("seed", None)
+  blob = json.dumps(config, sort_keys=True).encode()
+  return hashlib.sha256(blob).hexdigest()[:8]
+
+
+def load_runs(results_dir: Path | str = "results", *, status: str | None = None) -> pd.DataFrame:
+  """One row per run directory with a final.json, sorted by task, mixer and run name.
+
+  Args:
+    results_dir: the folder holding runs/.
+    status: keep only runs with this status ("complete", "diverged", "running"); None keeps all.
+
+  Returns:
+    A DataFrame with FINAL_KEYS plus `run` (the folder name), `variant` (the run name without its
+    `_seedN` suffix: runs of one variant and config are seeds of one experiment), `run_dir`
+    (relative to results_dir's parent, with forward slashes) and `config_id` (config_fingerprint).
+  """
+  results_dir = Path(results_dir)
+  rows = []
+  for final_path in sorted(results_dir.glob("runs/*/*/*/final.json")):
+    run_dir = final_path.parent
+    try:
+      final = json.loads(final_path.read_text())
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{final_path}: not valid JSON ({e}); delete the run folder or rerun "
+                       "its `lra run` command to rewrite it.") from None
+    row = {key: final.get(key) for key in FINAL_KEYS}
+    config_path = run_dir / "config.json"
+    config = json.loads(config_path.read_text()) if config_path.exists() else {}
+    row.update(run=run_dir.name, variant=_SEED_SUFFIX.sub("", run_dir.name),
+               run_dir=run_dir.relative_to(results_dir.parent).as_posix(),
+               config_id=config_fingerprint(config))
+    rows.append(row)
+  columns = [*FINAL_KEYS, "run", "variant", "run_dir", "config_id"]
+  runs = pd.DataFrame(rows, columns=columns)
+  if status is not None:
+    runs = runs[runs["status"] == status]
+  return runs.sort_values(["task", "mixer", "run"], kind="stable").reset_index(drop=True)
+
+
+def load_curves(run_dir: Path | str) -> pd.DataFrame:
+  """A run's metrics.jsonl as one row per step (train and eval lines of a step merged).
+
+  Columns are `step` plus the flat metric keys (`train/loss`, `val/accuracy`, ...); a metric not
+  logged at a step is NaN there.
+  """
+  path = Path(run_dir) / "metrics.jsonl"
+  rows = read_metrics(path) if path.exists() else []
+  if not rows:
+    return pd.DataFrame({"step": pd.Series(dtype=int)})
+  frame = pd.DataFrame(rows)
+  return frame.groupby("step", as_index=False).first().sort_values("step").reset_index(drop=True)
+
+
+def load_all_curves(runs: pd.DataFrame, results_dir: Path | str = "results") -> pd.DataFrame:
+  """Curves of every run in `runs` (from load_runs), long by step, with the run's identity
+  columns (task, mixer, preset, variant, seed, run) beside each step's metrics."""
+  parent = Path(results_dir).parent
+  frames = []
+  for run in runs.itertuples(index=False):
+    curves = load_curves(parent / run.run_dir)
+    for key in ("task", "mixer", "preset", "variant", "seed", "run"):
+      curves[key] = getattr(run, key)
+    frames.append(curves)
+  if not frames:
+    return pd.DataFrame(columns=["step", "task", "mixer", "preset", "variant", "seed", "run"])
+  return pd.concat(frames, ignore_index=True)
+
+
+def _mean_std(values: Iterable[float | None]) -> tuple[float | None, float | None]:
+  xs = [float(v) for v in values if v is not None and not _isnan(v)]
+  if not xs:
+    return None, None
+  return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None)
+
+
+def _isnan(value: Any) -> bool:
+  return isinstance(value, float) and math.isnan(value)
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+  """Mean and sample std over seeds of each experiment in `runs` (pass complete runs only).
+
+  An experiment is (task, mixer, preset, variant, config_id). When one (task, mixer, variant)
+  holds runs with different configs, its label gets the config id so they never blend.
+
+  Returns:
+    One row per experiment: task, mixer, preset, label (what tables print as the preset),
+    num_runs, runs (names joined by ';'), test_accuracy / test_accuracy_std, the same for
+    val_accuracy and test_accuracy_last, chance_accuracy, majority_accuracy, steps_per_s,
+    num_params, seq_len, num_steps, device (distinct devices joined by ';'). Accuracies stay
+    fractions in 0..1.
+  """
+  keys = ["task", "mixer", "preset", "variant", "config_id"]
+  rows = []
+  if runs.empty:
+    return pd.DataFrame(columns=[*keys, "label", "num_runs", "runs"])
+  configs_per_variant = runs.groupby(["task", "mixer", "variant"], dropna=False)["config_id"].nunique()
+  for key, group in runs.groupby(keys, sort=True, dropna=False):
+    task, mixer, preset, variant, config_id = key
+    label = preset if variant == preset else f"{preset} ({variant})"
+    if configs_per_variant[(task, mixer, variant)] > 1:
+      label += f" [config {config_id}]"
+    row = dict(zip(keys, key), label=label, num_runs=len(group),
+               runs=";".join(sorted(group["run"])))
+    for metric in ("test_accuracy", "val_accuracy", "test_accuracy_last"):
+      row[metric], row[metric + "_std"] = _mean_std(group[metric])
+    for metric in ("chance_accuracy", "majority_accuracy", "steps_per_s"):
+      row[metric] = _mean_std(group[metric])[0]
+    for metric in ("num_params", "seq_len", "num_steps"):
+      values = sorted({int(v) for v in group[metric] if v is not None and not _isnan(v)})
+      row[metric] = values[0] if len(values) == 1 else None
+    row["device"] = ";".join(sorted({str(d) for d in group["device"] if d}))
+    rows.append(row)
+  return pd.DataFrame(rows)

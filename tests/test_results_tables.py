@@ -1,0 +1,225 @@
+"""lra.results, `lra table` and `lra sweep` on run directories the tests write themselves."""
+import csv
+import io
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lra import results, sweep, tables
+from lra.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_run(results_dir, task, mixer, preset, seed, test, *, status="complete", val=None,
+              run=None, config=None, chance=0.1, majority=0.2, curve=((10, 0.5), (20, 0.6))):
+  """A run directory as lra.train writes it (accuracies as fractions)."""
+  run_dir = results_dir / "runs" / task / mixer / (run or f"{preset}_seed{seed}")
+  run_dir.mkdir(parents=True)
+  cfg = config or {"task": task, "preset": preset, "model": {"mixer": mixer, "dim": 8},
+                   "train": {"seed": seed, "num_steps": 20}}
+  cfg = json.loads(json.dumps(cfg))
+  cfg["train"]["seed"] = seed
+  (run_dir / "config.json").write_text(json.dumps(cfg))
+  lines = []
+  for step, loss in curve:
+    lines.append(json.dumps({"step": step, "train/loss": loss, "train/accuracy": 1 - loss}))
+    lines.append(json.dumps({"step": step, "val/accuracy": 1 - loss / 2}))
+  (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n{\"step\": 3")  # torn last line
+  final = {"status": status, "task": task, "mixer": mixer, "preset": preset, "seed": seed,
+           "step": 20, "num_steps": 20, "best_step": 20, "val_accuracy": val or test,
+           "test_accuracy": test, "test_accuracy_last": test, "chance_accuracy": chance,
+           "majority_accuracy": majority, "majority_class": 0, "num_params": 123,
+           "steps_per_s": 10.0 + seed, "wall_time_s": 2.0, "seq_len": 64, "device": "cpu:cpu",
+           "num_devices": 1, "git_sha": "abc"}
+  (run_dir / "final.json").write_text(json.dumps(final))
+  return run_dir
+
+
+def read_csv(path):
+  text = "".join(l for l in Path(path).read_text().splitlines(True) if not l.startswith("#"))
+  return list(csv.DictReader(io.StringIO(text)))
+
+
+@pytest.fixture
+def grid(tmp_path):
+  res = tmp_path / "results"
+  accs = {"listops": [0.40, 0.44, 0.43], "text": [0.60, 0.62, 0.64], "retrieval": [0.70] * 3,
+          "image": [0.45, 0.46, 0.47], "pathfinder": [0.71, 0.70, 0.72]}
+  for task, values in accs.items():
+    chance = 0.1 if task in ("listops", "image") else 0.5
+    for seed, acc in enumerate(values):
+      write_run(res, task, "latte", "paper", seed, acc, chance=chance, majority=chance)
+  write_run(res, "listops", "softmax", "demo", 0, 0.55)
+  write_run(res, "listops", "softmax", "demo", 1, 0.205)  # at majority + 0.5 point
+  write_run(res, "listops", "softmax", "paper", 0, 0.9, status="diverged")
+  write_run(res, "listops", "softmax", "paper", 1, 0.9, status="running")
+  write_run(res, "synthetic", "softmax", "smoke", 0, 0.33, chance=0.5)
+  return res, accs
+
+
+def test_load_runs_and_curves(grid):
+  res, _ = grid
+  runs = results.load_runs(res)
+  assert len(runs) == 20
+  assert set(results.load_runs(res, status="complete")["run"]) >= {"paper_seed0", "demo_seed1"}
+  assert len(results.load_runs(res, status="complete")) == 18
+  run = runs[(runs.task == "text") & (runs.seed == 2)].iloc[0]
+  assert run.run_dir == "results/runs/text/latte/paper_seed2" and run.variant == "paper"
+  curves = results.load_curves(res.parent / run.run_dir)
+  assert list(curves["step"]) == [10, 20]  # train and val lines of a step merged, torn line gone
+  assert curves.loc[1, "train/loss"] == 0.6 and curves.loc[1, "val/accuracy"] == 0.7
+  every = results.load_all_curves(runs, res)
+  assert len(every) == 40 and set(every["mixer"]) == {"latte", "softmax"}
+
+
+def test_find_results_dir(grid, tmp_path):
+  res, _ = grid
+  (tmp_path / "notebooks").mkdir()
+  assert results.find_results_dir(tmp_path / "notebooks") == res.resolve()
+  with pytest.raises(FileNotFoundError, match="lra run"):
+    results.find_results_dir(Path("/"))
+
+
+def test_summary_means_and_config_split(tmp_path):
+  res = tmp_path / "results"
+  base = {"task": "listops", "preset": "paper", "model": {"dim": 8}, "train": {"num_steps": 5}}
+  write_run(res, "listops", "latte", "paper", 0, 0.30, config=base)
+  write_run(res, "listops", "latte", "paper", 1, 0.50, config=base)
+  other = {**base, "model": {"dim": 16}}
+  write_run(res, "listops", "latte", "paper", 2, 0.90, config=other)
+  write_run(res, "listops", "latte", "paper", 0, 0.60, run="paper_L64_seed0", config=base)
+  summary = results.summarize(results.load_runs(res))
+  assert len(summary) == 3  # the dim=16 seed never blends into the dim=8 ones
+  same = summary[summary["num_runs"] == 2].iloc[0]
+  assert same["test_accuracy"] == pytest.approx(0.40)
+  assert same["test_accuracy_std"] == pytest.approx(statistics.stdev([0.3, 0.5]))
+  assert same["label"].startswith("paper [config ")
+  assert "paper (paper_L64)" in set(summary["label"])
+
+
+def test_table_rows_against_hand_computation(grid):
+  res, accs = grid
+  assert main(["table", "--results-dir", str(res)]) == 0
+  published = {r["model"]: r for r in tables.load_published()}
+  latte_ref = published["Latte Bid. L=40"]
+  rows = read_csv(res / "tables" / "lra.csv")
+  ours = [r for r in rows if r["source"] == "ours"]
+  assert [(r["mixer"], r["preset"]) for r in ours] == [("latte", "paper"), ("softmax", "demo")]
+  latte = ours[0]
+  means = {t: 100 * statistics.fmean(v) for t, v in accs.items()}
+  for task, mean in means.items():
+    assert float(latte[task]) == pytest.approx(mean, abs=1e-4)
+    assert float(latte[f"{task}_std"]) == pytest.approx(
+        100 * statistics.stdev(accs[task]), abs=1e-4)
+    assert float(latte[f"{task}_delta"]) == pytest.approx(mean - float(latte_ref[task]), abs=1e-4)
+    assert latte[f"{task}_n"] == "3"
+  assert float(latte["avg"]) == pytest.approx(statistics.fmean(means.values()), abs=1e-4)
+  assert latte["pathx"] == "" and latte["published_model"] == "Latte Bid. L=40"
+  demo = ours[1]
+  assert float(demo["listops"]) == pytest.approx(100 * (0.55 + 0.205) / 2, abs=1e-4)
+  assert demo["listops_delta"] == "" and demo["avg"] == ""  # no paper comparison for demo
+  assert len([r for r in rows if r["source"] == "published"]) == len(published)
+  assert float(next(r for r in rows if r["model"] == "Mega")["avg"]) == pytest.approx(
+      statistics.fmean(float(published["Mega"][t]) for t in tables.AVG_TASKS), abs=1e-4)
+
+  listops = read_csv(res / "tables" / "listops.csv")
+  demo_row = next(r for r in listops if r["source"] == "ours" and r["mixer"] == "softmax")
+  assert demo_row["runs"] == "demo_seed0;demo_seed1" and demo_row["at_chance"] == "false"
+  assert {r["runs"] for r in listops if r["source"] == "ours"} == {
+      "paper_seed0;paper_seed1;paper_seed2", "demo_seed0;demo_seed1"}  # diverged/running left out
+  lra_md = (res / "tables" / "lra.md").read_text()
+  assert "Generated by `lra table`" in lra_md and "(running)" in lra_md
+  protocol, small = lra_md.split("## Ours: small presets")
+  assert "| latte | paper |" in protocol and "softmax" not in protocol.split("## Published")[0]
+  assert "| softmax | demo |" in small.split("## Published")[0]
+  assert (res / "tables" / "synthetic.csv").exists()
+  synthetic = read_csv(res / "tables" / "synthetic.csv")
+  assert [r["at_chance"] for r in synthetic] == ["true"]  # 33% on a 2-class task
+
+
+def test_check_detects_stale_tables_and_readme(grid, tmp_path, capsys):
+  res, _ = grid
+  readme = tmp_path / "README.md"
+  readme.write_text(f"# x\n\n## Results\n{tables.README_START}\nold\n{tables.README_END}\n\n## y\n")
+  assert main(["table", "--results-dir", str(res)]) == 0
+  assert "| latte | paper |" in readme.read_text() and readme.read_text().endswith("## y\n")
+  assert main(["table", "--results-dir", str(res), "--check"]) == 0
+  write_run(res, "image", "softmax", "paper", 0, 0.3)
+  assert main(["table", "--results-dir", str(res), "--check"]) == 1
+  assert "image.csv differs" in capsys.readouterr().err
+  assert main(["table", "--results-dir", str(res)]) == 0
+  (res / "tables" / "notes.md").write_text("hand-written")
+  assert main(["table", "--results-dir", str(res), "--check"]) == 1
+  (res / "tables" / "notes.md").unlink()
+  readme.write_text(readme.read_text().replace("| latte | paper |", "| latte | edited |"))
+  assert main(["table", "--results-dir", str(res), "--check"]) == 1
+
+
+def test_malformed_inputs_name_the_file(tmp_path):
+  bad = tmp_path / "published.csv"
+  bad.write_text("model,mixer,listops,text,retrieval,image,pathfinder,pathx,source\n"
+                 "X,x,12,abc,1,1,1,,paper\n")
+  with pytest.raises(ValueError, match=r"published.csv:2: text is 'abc'"):
+    tables.load_published(bad)
+  res = tmp_path / "results"
+  run = write_run(res, "listops", "latte", "paper", 0, 0.4)
+  (run / "final.json").write_text("{")
+  with pytest.raises(ValueError, match="final.json"):
+    results.load_runs(res)
+
+
+def test_committed_tables_are_current():
+  """What CI checks: results/tables/* and the README block match the committed runs."""
+  assert tables.check(ROOT / "results", ROOT / "README.md") == []
+
+
+def test_sweep_plans_skips_and_emits_slurm(grid, tmp_path, capsys):
+  res, _ = grid
+  (res / "runs" / "listops" / "latte" / "paper_seed3" / "checkpoints").mkdir(parents=True)
+  jobs = sweep.plan(["listops"], ["latte", "softmax"], [0, 1, 3], preset="paper",
+                    results_dir=res, overrides=["train.num_steps=7"])
+  states = {(j.mixer, j.seed): j.state for j in jobs}
+  assert states == {("latte", 0): "complete", ("latte", 1): "complete", ("latte", 3): "partial",
+                    ("softmax", 0): "diverged", ("softmax", 1): "partial",
+                    ("softmax", 3): "new"}
+  assert jobs[2].argv[-2:] == ("--config.train.seed=3", "--config.train.num_steps=7")
+  assert main(["sweep", "--tasks", "listops", "--mixers", "latte", "softmax", "--seeds", "0",
+               "1", "3", "--results-dir", str(res)]) == 0
+  printed = capsys.readouterr().out.splitlines()
+  assert len(printed) == 3 and printed[0].endswith("--config.train.seed=3  # resumes")
+  script = tmp_path / "grid.sbatch"
+  assert main(["sweep", "--tasks", "listops", "--mixers", "latte", "softmax", "--seeds", "0",
+               "1", "3", "--results-dir", str(res), "--emit", "slurm", "--out", str(script),
+               "--sbatch=--gres=gpu:1"]) == 0
+  text = script.read_text()
+  assert "#SBATCH --array=0-2" in text and "#SBATCH --gres=gpu:1" in text
+  assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+  # The array runs exactly the pending commands, in order: evaluate the bash array itself.
+  listing = text.split("set -euo pipefail")[1].split('echo "')[0]
+  got = subprocess.run(["bash", "-c", listing.replace('cd "${SLURM_SUBMIT_DIR:-.}"', "")
+                        + 'printf "%s\\n" "${COMMANDS[@]}"'], capture_output=True, text=True)
+  assert [line.split("-m lra ", 1)[1] for line in got.stdout.splitlines()] == [
+      j.command()[len("lra "):] for j in sweep.plan(
+          ["listops"], ["latte", "softmax"], [0, 1, 3], preset="paper", results_dir=res)
+      if j.pending]
+  assert main(["sweep", "--tasks", "listops", "--mixers", "latte", "--seeds", "0",
+               "--config.train.seed=1"]) == 2
+
+
+@pytest.mark.slow
+def test_sweep_runs_then_skips(tmp_path):
+  """Two real smoke runs through `lra sweep --run`; the second sweep finds them complete."""
+  res, data = tmp_path / "results", tmp_path / "data"
+  argv = [sys.executable, "-m", "lra", "sweep", "--tasks", "listops", "--mixers", "softmax",
+          "--seeds", "0", "1", "--preset", "smoke", "--results-dir", str(res), "--data-dir",
+          str(data)]
+  assert subprocess.run([*argv, "--run"], cwd=ROOT).returncode == 0
+  runs = results.load_runs(res, status="complete")
+  assert sorted(runs["seed"]) == [0, 1]
+  again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+  assert again.stdout == "" and "2 complete" in again.stderr
