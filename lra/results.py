@@ -141,7 +141,8 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
   rows = []
   if runs.empty:
     return pd.DataFrame(columns=[*keys, "label", "num_runs", "runs"])
-  configs_per_variant = runs.groupby(["task", "mixer", "variant"], dropna=False)["config_id"].nunique()
+  configs_per_variant = runs.groupby(["task", "mixer", "variant"],
+                                     dropna=False)["config_id"].nunique()
   for key, group in runs.groupby(keys, sort=True, dropna=False):
     task, mixer, preset, variant, config_id = key
     label = preset if variant == preset else f"{preset} ({variant})"

@@ -1,4 +1,4 @@
-"""`lra sweep`: the `lra run` command of every (task, mixer, seed), printed, run or as a Slurm array.
+"""`lra sweep`: the `lra run` command of every (task, mixer, seed): printed, run, or a Slurm array.
 
 A run's state comes from its directory: complete (skipped), diverged (skipped: rerunning resumes
 into the same divergence), partial (its command resumes from the latest checkpoint) or new.

@@ -238,9 +238,9 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
   return "\n".join(lines)
 
 
-LEGEND = ("Test accuracy (%) at the best validation step, mean ± sample std over seeds (n = number "
-          "of seeds when more than one). Δ = ours minus the published row for the same mixer "
-          "(only for the `paper` and `lra` presets; for Latte the L=40 row). "
+LEGEND = ("Test accuracy (%) at the best validation step, mean ± sample std over seeds "
+          "(n = number of seeds when more than one). Δ = ours minus the published row for the "
+          "same mixer (only for the `paper` and `lra` presets; for Latte the L=40 row). "
           f"{CHANCE_MARK} = within {CHANCE_MARGIN:g} point of chance or of the majority class "
           "(FAIL in the LRA paper means the same). Avg = mean over the five tasks without Path-X, "
           "only when all five have a number.")
