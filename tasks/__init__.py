@@ -1,7 +1,7 @@
 """Task registry: `TASKS[name]` is the `Task` of tasks/<name>.py (six LRA tasks + extras)."""
 from __future__ import annotations
 
-from tasks import text
+from tasks import retrieval, text
 from tasks.spec import Task, TaskSpec, TaskNotBuiltError
 
 
@@ -13,7 +13,7 @@ def _not_built(name: str, description: str) -> Task:
 TASKS: dict[str, Task] = {
     "listops": _not_built("listops", "ListOps: nested MIN/MAX/MED/SM expressions, 10 classes"),
     "text": text.TASK,
-    "retrieval": _not_built("retrieval", "AAN document-pair citation match, 2 x 4000 bytes"),
+    "retrieval": retrieval.TASK,
     "image": _not_built("image", "Grayscale CIFAR-10 as 1024 pixel tokens, 10 classes"),
     "pathfinder": _not_built("pathfinder", "Pathfinder 32x32: are the two dots connected?"),
     "pathx": _not_built("pathx", "Path-X 128x128 (16,384 tokens): Pathfinder at scale"),
