@@ -1,7 +1,7 @@
 """Task registry: `TASKS[name]` is the `Task` of tasks/<name>.py (six LRA tasks + extras)."""
 from __future__ import annotations
 
-from tasks import retrieval, text
+from tasks import image, retrieval, text
 from tasks.spec import Task, TaskSpec, TaskNotBuiltError
 
 
@@ -14,7 +14,7 @@ TASKS: dict[str, Task] = {
     "listops": _not_built("listops", "ListOps: nested MIN/MAX/MED/SM expressions, 10 classes"),
     "text": text.TASK,
     "retrieval": retrieval.TASK,
-    "image": _not_built("image", "Grayscale CIFAR-10 as 1024 pixel tokens, 10 classes"),
+    "image": image.TASK,
     "pathfinder": _not_built("pathfinder", "Pathfinder 32x32: are the two dots connected?"),
     "pathx": _not_built("pathx", "Path-X 128x128 (16,384 tokens): Pathfinder at scale"),
 }
