@@ -1,7 +1,7 @@
 """Task registry: `TASKS[name]` is the `Task` of tasks/<name>.py (six LRA tasks + extras)."""
 from __future__ import annotations
 
-from tasks import image, retrieval, text
+from tasks import image, pathfinder, pathx, retrieval, text
 from tasks.spec import Task, TaskSpec, TaskNotBuiltError
 
 
@@ -15,8 +15,8 @@ TASKS: dict[str, Task] = {
     "text": text.TASK,
     "retrieval": retrieval.TASK,
     "image": image.TASK,
-    "pathfinder": _not_built("pathfinder", "Pathfinder 32x32: are the two dots connected?"),
-    "pathx": _not_built("pathx", "Path-X 128x128 (16,384 tokens): Pathfinder at scale"),
+    "pathfinder": pathfinder.TASK,
+    "pathx": pathx.TASK,
 }
 
 

@@ -25,9 +25,12 @@ def stat_digest(root: Path, files: Iterable[Path]) -> str:
   digest = hashlib.sha256()
   count = 0
   for f in files:
-    st = os.stat(f)
-    digest.update(f"{Path(f).relative_to(root).as_posix()}\t{st.st_size}\t{st.st_mtime_ns}\n"
-                  .encode())
+    try:
+      st = os.stat(f)
+      stamp = f"{st.st_size}\t{st.st_mtime_ns}"
+    except FileNotFoundError:
+      stamp = "missing"  # a listed file that is absent: skipped by the reader, yet a fact to track
+    digest.update(f"{Path(f).relative_to(root).as_posix()}\t{stamp}\n".encode())
     count += 1
   return f"size+mtime:{count}:{digest.hexdigest()}"
 

@@ -46,7 +46,8 @@ class RowWriter:
       raise ValueError(f"Expected rows of shape [n, {self.width}], got {rows.shape}.")
     if self.count + len(rows) > self.capacity:
       raise ValueError(f"{self._path}: more than the {self.capacity} rows announced.")
-    self._file.write(memoryview(rows).cast("B"))
+    if rows.size:
+      self._file.write(memoryview(rows).cast("B"))
     self.count += len(rows)
 
   def close(self) -> int:
