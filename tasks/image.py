@@ -138,13 +138,21 @@ def _checksums(src: _Source) -> dict[str, str]:
 
 
 def _read(src: _Source) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """{"train"|"test": (rgb[N, 32, 32, 3], labels[N])} in the source's order."""
+  """{"train"|"test": (tokens[N, 1024], labels[N])} in the source's order.
+
+  Each batch is converted as soon as it is read, so only grayscale is held (60 MB, not 1 GB).
+  """
   if src.format == "tfds cifar10":
     return _read_tfds(src.path)
-  blobs: dict[str, bytes] = {}
+  gray: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+  def add(name: str, blob: bytes) -> None:
+    rgb, labels = _unpickle_batch(blob, f"{src.path}/{name}")
+    gray[name] = (to_grayscale(rgb), labels)
+
   if src.format == "cifar-10-batches-py":
     for path in _batch_paths(src.path):
-      blobs[path.name] = path.read_bytes()
+      add(path.name, path.read_bytes())
   else:
     wanted = {name for names in BATCH_FILES.values() for name in names}
     with tarfile.open(src.path, "r|gz") as archive:
@@ -152,16 +160,14 @@ def _read(src: _Source) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         name = Path(member.name).name
         if member.isfile() and name in wanted and Path(member.name).parent.name == (
             "cifar-10-batches-py"):
-          blobs[name] = archive.extractfile(member).read()
-    missing = sorted(set(wanted) - set(blobs))
+          add(name, archive.extractfile(member).read())
+    missing = sorted(wanted - set(gray))
     if missing:
       raise FileNotFoundError(f"{src.path} lacks cifar-10-batches-py/{{{', '.join(missing)}}}.\n"
                               f"Try: {COMMAND}")
-  out = {}
-  for split, names in BATCH_FILES.items():
-    parts = [_unpickle_batch(blobs[name], f"{src.path}/{name}") for name in names]
-    out[split] = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
-  return out
+  return {split: (np.concatenate([gray[n][0] for n in names]),
+                  np.concatenate([gray[n][1] for n in names]))
+          for split, names in BATCH_FILES.items()}
 
 
 def _read_tfds(data_dir: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -175,11 +181,11 @@ def _read_tfds(data_dir: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
   builder = tfds.builder(TFDS_NAME, data_dir=str(data_dir))
   out = {}
   for split in ("train", "test"):
-    images, labels = [], []
+    tokens, labels = [], []
     for example in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
-      images.append(np.asarray(example["image"], dtype=np.uint8))
+      tokens.append(to_grayscale(np.asarray(example["image"], dtype=np.uint8)[None])[0])
       labels.append(int(example["label"]))
-    out[split] = (np.stack(images), np.array(labels, dtype=np.int64))
+    out[split] = (np.stack(tokens), np.array(labels, dtype=np.int64))
   return out
 
 
@@ -196,14 +202,14 @@ def prepare(source: Path, out_dir: Path) -> dict:
     report_up_to_date("image", out_dir, src.path)
     return meta
   data = _read(src)
-  train_rgb, train_labels = data["train"]
-  num_train = int(round(TRAIN_FRACTION * len(train_rgb)))
-  splits = {"train": (train_rgb[:num_train], train_labels[:num_train]),
-            "val": (train_rgb[num_train:], train_labels[num_train:]),
+  train_tokens, train_labels = data["train"]
+  num_train = int(round(TRAIN_FRACTION * len(train_tokens)))
+  splits = {"train": (train_tokens[:num_train], train_labels[:num_train]),
+            "val": (train_tokens[num_train:], train_labels[num_train:]),
             "test": data["test"]}
   counts = {}
-  for split, (rgb, labels) in splits.items():
-    write_array(out_dir, split, "inputs", to_grayscale(rgb))
+  for split, (tokens, labels) in splits.items():
+    write_array(out_dir, split, "inputs", tokens)
     write_array(out_dir, split, "label", labels.astype(np.int32))
     counts[split] = len(labels)
   meta = finalize(out_dir, {

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -102,15 +104,24 @@ def _decode_chunk(task: tuple[list[str], int]) -> tuple[np.ndarray, list[str | N
   return out, reasons
 
 
+def _pool_context() -> multiprocessing.context.BaseContext:
+  """The start method of the decoding workers.
+
+  fork while this process is single-threaded: cheap, and a caller's script needs no main guard.
+  Otherwise forkserver, because a forked child would inherit locks held by other threads (JAX's).
+  """
+  methods = multiprocessing.get_all_start_methods()
+  if "fork" in methods and threading.active_count() == 1 and "jax" not in sys.modules:
+    return multiprocessing.get_context("fork")
+  return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
 def _chunk_results(paths: list[str], side: int, workers: int):
   tasks = ((paths[i:i + _CHUNK], side) for i in range(0, len(paths), _CHUNK))
   if workers <= 1:
     yield from map(_decode_chunk, tasks)
     return
-  methods = multiprocessing.get_all_start_methods()
-  # Not fork: the caller may have started JAX's threads, which a forked child would inherit dead.
-  context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-  with context.Pool(workers) as pool:
+  with _pool_context().Pool(workers) as pool:
     yield from pool.imap(_decode_chunk, tasks)
 
 
