@@ -1,17 +1,11 @@
 """Task registry: `TASKS[name]` is the `Task` of tasks/<name>.py (six LRA tasks + extras)."""
 from __future__ import annotations
 
-from tasks import image, pathfinder, pathx, retrieval, text
+from tasks import image, listops, pathfinder, pathx, retrieval, text
 from tasks.spec import Task, TaskSpec, TaskNotBuiltError
 
-
-def _not_built(name: str, description: str) -> Task:
-  return Task(name=name, description=description + " [not built yet]",
-              data_hint=f"The '{name}' loader is not built yet.")
-
-
 TASKS: dict[str, Task] = {
-    "listops": _not_built("listops", "ListOps: nested MIN/MAX/MED/SM expressions, 10 classes"),
+    "listops": listops.TASK,
     "text": text.TASK,
     "retrieval": retrieval.TASK,
     "image": image.TASK,
