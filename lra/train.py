@@ -178,7 +178,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
         "best_step": best["step"], "val_accuracy": best["val/accuracy"],
         "test_accuracy": best["test/accuracy"], "test_accuracy_last": last_test,
         **baselines, "num_params": num_params, "steps_per_s": rate, "wall_time_s": wall,
-        "seq_len": spec.seq_len, "data": {k: data.meta.get(k) for k in ("splits", "source")},
+        "seq_len": spec.seq_len,
+        "data": {k: data.meta.get(k) for k in ("splits", "source", "validation", "options")},
         **env,
     }
     writers.write_json_atomic(run_dir / "final.json", result)

@@ -1,4 +1,5 @@
 """Image (grayscale CIFAR-10): pickles, archive and TFDS sources; pixels against a per-pixel loop."""
+import json
 import os
 import pickle
 import sys
@@ -152,3 +153,23 @@ def test_decode_draws_the_image():
   tokens[:32] = 255
   lines = image.TASK.decode(tokens).splitlines()
   assert lines[0].startswith("[32x32") and lines[1] == "@" * 32 and lines[2] == " " * 32
+
+
+def test_cli_smoke_run(tmp_path, capsys):
+  """`lra data prepare image` then `lra run image softmax --preset smoke` on a tiny copy."""
+  from lra.cli import main
+  raw = _fake_cifar(tmp_path / "cifar-10-batches-py", per_batch=2, test_size=4)
+  data = tmp_path / "data"
+  assert main(["data", "prepare", "image", "--source", str(tmp_path), "--data-dir",
+               str(data)]) == 0
+  capsys.readouterr()
+  assert main(["data", "inspect", "image", "--split", "test", "--index", "2", "--json",
+               "--data-dir", str(data)]) == 0
+  record = json.loads(capsys.readouterr().out)
+  assert record["tokens"] == _gray_by_loop(raw["test"][0][2:3])[0].tolist()
+  assert record["length"] == 1024 and record["label"] == raw["test"][1][2]
+  run_dir = tmp_path / "run"
+  assert main(["run", "image", "softmax", "--preset", "smoke", "--data-dir", str(data),
+               "--run-dir", str(run_dir), "--quiet"]) == 0
+  final = json.loads((run_dir / "final.json").read_text())
+  assert final["status"] == "complete" and final["step"] == 2 and final["seq_len"] == 1024

@@ -1,4 +1,5 @@
 """Pathfinder and Path-X: release layout, PNG pixels against the arrays written, split, skips."""
+import json
 import os
 
 import numpy as np
@@ -167,3 +168,35 @@ def test_row_writer_shrinks_to_what_was_written(tmp_path):
   assert np.load(tmp_path / "val.inputs.npy").shape == (0, 5)
   with pytest.raises(ValueError, match="more than the 1 rows"):
     RowWriter(tmp_path, "test", "inputs", capacity=1, width=5, dtype=np.uint16).append(rows[:2])
+
+
+def _smoke(tmp_path, task, side, capsys):
+  from lra.cli import main
+  written = _write_set(tmp_path / "release" / f"pathfinder{side}" / "curv_contour_length_9", side,
+                       batches=1, per_batch=20)
+  data = tmp_path / "data"
+  assert main(["data", "prepare", task, "--source", str(tmp_path / "release"), "--data-dir",
+               str(data), "--option", "difficulty=intermediate", "--option", "split_seed=2"]) == 0
+  capsys.readouterr()
+  assert main(["data", "inspect", task, "--split", "train", "--index", "0", "--json",
+               "--data-dir", str(data)]) == 0
+  record = json.loads(capsys.readouterr().out)
+  assert (bytes(record["tokens"]), record["label"]) in [
+      (p.tobytes(), l) for p, l in written.values()]
+  run_dir = tmp_path / "run"
+  assert main(["run", task, "softmax", "--preset", "smoke", "--data-dir", str(data),
+               "--run-dir", str(run_dir), "--quiet"]) == 0
+  final = json.loads((run_dir / "final.json").read_text())
+  assert final["status"] == "complete" and final["step"] == 2
+  assert final["seq_len"] == side * side
+  assert final["data"]["options"] == {"difficulty": "intermediate", "split_seed": 2}
+
+
+def test_cli_smoke_run_pathfinder(tmp_path, capsys):
+  _smoke(tmp_path, "pathfinder", 32, capsys)
+
+
+@pytest.mark.slow
+def test_cli_smoke_run_pathx(tmp_path, capsys):
+  """Softmax attention over 16,384 tokens: ~6 GB and minutes on a CPU, hence slow."""
+  _smoke(tmp_path, "pathx", 128, capsys)

@@ -1,4 +1,5 @@
 """Retrieval (AAN pairs): TSV parsing, per-document tokens against plain Python, errors, caching."""
+import json
 import os
 
 import numpy as np
@@ -112,3 +113,26 @@ def test_idempotent_and_change_detected(tmp_path, capsys):
   arrays = PreparedData(cache).split("train")
   np.testing.assert_array_equal(arrays["inputs2"][-1], _tokens("new right"))
   assert not list(cache.glob("*.tmp")) and not list(cache.glob("*.oversize"))
+
+
+def test_cli_inspect_pairs_and_smoke_run(tmp_path, capsys):
+  """`lra data inspect retrieval` shows both documents; `lra run ... --preset smoke` trains."""
+  from lra.cli import main
+  written = _write_release(tmp_path / "release" / "tsv_data",
+                           sizes=(("train", 4), ("eval", 2), ("test", 2)))
+  data = tmp_path / "data"
+  assert main(["data", "prepare", "retrieval", "--source", str(tmp_path / "release"),
+               "--data-dir", str(data)]) == 0
+  capsys.readouterr()
+  assert main(["data", "inspect", "retrieval", "--split", "val", "--index", "1", "--json",
+               "--data-dir", str(data)]) == 0
+  record = json.loads(capsys.readouterr().out)
+  _, _, _, text1, text2 = written["eval"][1]
+  assert record["text1"] == text1 and record["text2"] == text2
+  assert record["tokens1"] == _tokens(text1)[:len(text1.encode())].tolist()
+  assert (record["length1"], record["length2"]) == (len(text1.encode()), len(text2.encode()))
+  run_dir = tmp_path / "run"
+  assert main(["run", "retrieval", "softmax", "--preset", "smoke", "--data-dir", str(data),
+               "--run-dir", str(run_dir), "--quiet"]) == 0
+  final = json.loads((run_dir / "final.json").read_text())
+  assert final["status"] == "complete" and final["step"] == 2

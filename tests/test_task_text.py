@@ -1,4 +1,5 @@
 """Text (IMDb bytes): every source format, tokens against a plain-Python encoding, splits, caching."""
+import json
 import os
 import sys
 import tarfile
@@ -205,3 +206,25 @@ def test_decode_and_registry():
   sample = "Caf\u00e9 \u2603 ok"
   assert text.TASK.decode(bytes_tokenizer.encode(sample, 32)) == sample
   assert TASKS["text"] is text.TASK and TASKS["text"].decode is not None
+
+
+def test_cli_prepare_inspect_and_smoke_run(tmp_path, reviews, capsys):
+  """`lra data prepare|inspect text` and `lra run text softmax --preset smoke` on a tiny copy."""
+  from lra.cli import main
+  source, data = _write_folder(tmp_path / "raw", reviews), tmp_path / "data"
+  assert main(["data", "prepare", "text", "--source", str(source), "--data-dir", str(data),
+               "--option", "val_from_train_fraction=0.25"]) == 0
+  capsys.readouterr()
+  assert main(["data", "inspect", "text", "--split", "test", "--index", "0", "--json",
+               "--data-dir", str(data)]) == 0
+  record = json.loads(capsys.readouterr().out)
+  first = sorted(reviews["test"], key=lambda r: (r[0], r[1]))[0]
+  assert record["text"] == first[3].strip().decode("utf-8")
+  assert record["length"] == len(first[3].strip()) and record["label"] == first[0]
+  run_dir = tmp_path / "run"
+  assert main(["run", "text", "softmax", "--preset", "smoke", "--data-dir", str(data),
+               "--run-dir", str(run_dir), "--quiet"]) == 0
+  final = json.loads((run_dir / "final.json").read_text())
+  assert final["status"] == "complete" and final["step"] == 2 and final["seq_len"] == 4000
+  assert final["data"]["validation"].startswith("held-out 0.25 of train")
+  assert final["data"]["options"] == {"val_from_train_fraction": 0.25, "split_seed": 0}
