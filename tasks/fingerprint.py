@@ -21,7 +21,7 @@ def sha256_of(root: Path, files: Iterable[Path]) -> dict[str, str]:
 
 
 def stat_digest(root: Path, files: Iterable[Path]) -> str:
-  """"size+mtime:<count>:<hex>" over (relative path, size, mtime) of each file, in the given order."""
+  """"size+mtime:<count>:<hex>" over each file's (relative path, size, mtime), in order."""
   digest = hashlib.sha256()
   count = 0
   for f in files:

@@ -44,8 +44,8 @@ def _locate(source: Path, side: int, difficulty: str, task: str) -> Path:
   if source.name == f"pathfinder{side}":
     source = source / folder
   root = find_in_release(source, f"pathfinder{side}/{folder}",
-                         f"the {side}x{side} {difficulty} Pathfinder set (pathfinder{side}/{folder}/ "
-                         f"with imgs/ and metadata/)", command(task))
+                         f"the {side}x{side} {difficulty} Pathfinder set "
+                         f"(pathfinder{side}/{folder}/ with imgs/ and metadata/)", command(task))
   if not (root / "metadata").is_dir():
     raise FileNotFoundError(f"{root} has no metadata/ folder (expected metadata/<batch>.npy text "
                             f"files beside imgs/).\nTry: {command(task)}")

@@ -100,7 +100,7 @@ def _checksums(src: _Source) -> dict[str, str]:
 
 
 def _read_reviews(src: _Source) -> dict[str, tuple[list[bytes], np.ndarray]]:
-  """{"train"|"test": (texts, labels[N])}; texts are the file's bytes stripped, as TFDS stores them."""
+  """{"train"|"test": (texts, labels[N])}; a text is its file's bytes stripped, as in TFDS."""
   if src.format == "tfds imdb_reviews":
     return _read_tfds(src.path)
   rows: list[tuple[str, int, int, bytes]] = []
@@ -113,7 +113,8 @@ def _read_reviews(src: _Source) -> dict[str, tuple[list[bytes], np.ndarray]]:
         match = _REVIEW.search(member.name)
         if member.isfile() and match:
           text = archive.extractfile(member).read().strip()
-          rows.append((match.group(1), LABEL_NAMES.index(match.group(2)), int(match.group(3)), text))
+          label = LABEL_NAMES.index(match.group(2))
+          rows.append((match.group(1), label, int(match.group(3)), text))
     rows.sort(key=lambda r: r[:3])
   out = {}
   for split in ("train", "test"):

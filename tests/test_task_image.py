@@ -1,4 +1,4 @@
-"""Image (grayscale CIFAR-10): pickles, archive and TFDS sources; pixels against a per-pixel loop."""
+"""Image (grayscale CIFAR-10): pickles, archive and TFDS sources; pixels against a plain loop."""
 import json
 import os
 import pickle

@@ -14,7 +14,7 @@ from tasks.row_writer import RowWriter
 def _write_set(folder, side, batches=3, per_batch=12, seed=0, broken=None):
   """A release-style difficulty folder; returns {"imgs/<b>/sample_<k>.png": (pixels, label)}.
 
-  broken maps (batch, k) to "empty" | "garbage" | "missing".
+  broken maps (batch, k) to "empty" | "garbage" | "truncated" | "missing".
   """
   rng = np.random.default_rng(seed)
   broken = broken or {}
@@ -32,6 +32,9 @@ def _write_set(folder, side, batches=3, per_batch=12, seed=0, broken=None):
         (folder / name).write_bytes(b"")
       elif kind == "garbage":
         (folder / name).write_bytes(b"\x89PNG not really")
+      elif kind == "truncated":
+        Image.fromarray(pixels, mode="L").save(folder / name)
+        (folder / name).write_bytes((folder / name).read_bytes()[:-40])
       elif kind is None:
         Image.fromarray(pixels, mode="L").save(folder / name)
         written[name] = (pixels, label)
@@ -47,7 +50,7 @@ def _rows(data, split):
 
 def test_pixels_labels_split_and_skips(tmp_path):
   folder = tmp_path / "lra_release" / "lra_release" / "pathfinder32" / "curv_contour_length_14"
-  broken = {(0, 5): "empty", (1, 2): "garbage", (2, 7): "missing"}
+  broken = {(0, 5): "empty", (1, 2): "garbage", (2, 7): "missing", (2, 9): "truncated"}
   written = _write_set(folder, 32, broken=broken)
   meta = pathfinder.prepare(tmp_path, tmp_path / "cache", split_seed=5)
   data = PreparedData(tmp_path / "cache")
@@ -56,11 +59,12 @@ def test_pixels_labels_split_and_skips(tmp_path):
   everything = sorted(_rows(data, "train") + _rows(data, "val") + _rows(data, "test"))
   assert everything == sorted((p.tobytes(), label) for p, label in written.values())
   assert meta["num_listed"] == 36
-  assert meta["num_skipped"] == {"empty": 1, "unreadable": 1, "missing": 1}
+  assert meta["num_skipped"] == {"empty": 1, "unreadable": 2, "missing": 1}
   assert sorted(meta["skipped_examples"]) == ["imgs/0/sample_5.png: empty",
                                               "imgs/1/sample_2.png: unreadable",
-                                              "imgs/2/sample_7.png: missing"]
-  # The split is drawn over the 36 listed images (29/3/3 + 1 for odd sizes), skips leave theirs.
+                                              "imgs/2/sample_7.png: missing",
+                                              "imgs/2/sample_9.png: unreadable"]
+  # The split is drawn over all 36 listed images (30/3/3); a skipped image leaves its split.
   assign = pathfinder.split_assignment(36, 5)
   assert np.bincount(assign).tolist() == [30, 3, 3]
   listed = [f"imgs/{b}/sample_{k}.png" for b in range(3) for k in range(12)]

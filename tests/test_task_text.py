@@ -1,4 +1,4 @@
-"""Text (IMDb bytes): every source format, tokens against a plain-Python encoding, splits, caching."""
+"""Text (IMDb bytes): every source format, tokens against plain Python, splits, caching."""
 import json
 import os
 import sys
