@@ -111,14 +111,12 @@ def make_batch(arrays: Mapping[str, np.ndarray], indices: np.ndarray, spec: Task
                num_rows: int | None = None) -> dict[str, np.ndarray]:
   """Gathers rows into a batch; rows past len(indices) (up to num_rows) are weight-0 filler.
 
-  Filler rows copy a real example (the last index, or example 0 when `indices` is empty, as on a
-  host whose slice of the last eval batch is all filler), so they are valid inputs.
+  Filler rows copy example 0, so they are valid inputs and a batch is the same whichever way its
+  rows are split over hosts (a host's share of the last eval batch may be all filler).
   """
   num_rows = len(indices) if num_rows is None else num_rows
   real = len(indices)
-  fill_index = indices[-1] if real else 0
-  indices = np.concatenate([np.asarray(indices, np.int64),
-                            np.full(num_rows - real, fill_index, np.int64)])
+  indices = np.concatenate([np.asarray(indices, np.int64), np.zeros(num_rows - real, np.int64)])
   # Sorted reads are sequential on a memmap; the order is restored afterwards.
   order = np.argsort(indices, kind="stable")
   inverse = np.empty_like(order)
