@@ -55,6 +55,7 @@ def _rows(run_dir):
 SCORES = ("status", "step", "best_step", "val_accuracy", "test_accuracy", "test_accuracy_last")
 
 
+@pytest.mark.slow  # three CLI subprocesses, each compiling: minutes on a shared 2-core machine
 def test_one_and_four_devices_give_the_same_losses(data_dir, tmp_path):
   # eval.batch_size 24 on 64 examples: the last batch has 8 weight-0 rows, 2 per device.
   common = ["--data-dir", str(data_dir), "--config.train.num_steps=8",
@@ -92,6 +93,7 @@ def _wait_for_checkpoint(run_dir, proc, after=0, timeout=600):
   raise TimeoutError(run_dir)
 
 
+@pytest.mark.slow  # three CLI subprocesses and a reference run
 def test_sigkill_and_sigint_then_resume_give_identical_scores(data_dir, tmp_path):
   overrides = ["train.num_steps=400", "checkpoint.every_steps=20", "train.log_every_steps=7",
                "eval.every_steps=50"]
