@@ -146,10 +146,10 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
   return record
 
 
-def matmul_peak(num_steps: int = 5) -> dict[str, Any]:
+def matmul_peak(num_steps: int = 5, n: int | None = None) -> dict[str, Any]:
   """The device's achievable f32 matmul FLOP/s (the step runs in f32), timed like the step."""
   device = jax.devices()[0]
-  n = 2048 if device.platform == "cpu" else 8192
+  n = n or (1024 if device.platform == "cpu" else 8192)
   a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
   matmul = jax.jit(lambda x, y: x @ y)
   jax.block_until_ready(matmul(a, a))
@@ -169,13 +169,13 @@ def _call(fn, kwargs):
 def run_bench(mixers: Sequence[str], lengths: Sequence[int], batch_size: int, *, dim: int,
               num_layers: int, num_heads: int, overrides: Sequence[str] = (),
               num_steps: int = 5, warmup_steps: int = 2, isolate: bool = True,
-              log=None) -> list[dict[str, Any]]:
+              matmul_n: int | None = None, log=None) -> list[dict[str, Any]]:
   """Measures every (mixer, T); with `isolate` each in a fresh process.
 
   A fresh process per record makes peak RSS that record's own, and frees an accelerator fully
   between records (JAX preallocates most of its memory per process).
   """
-  jobs = [(matmul_peak, {"num_steps": num_steps})]
+  jobs = [(matmul_peak, {"num_steps": num_steps, "n": matmul_n})]
   for mixer in mixers:
     # Unknown mixers and bad overrides fail here, before any process starts.
     bench_config(mixer, dim=dim, num_layers=num_layers, num_heads=num_heads, overrides=overrides)
@@ -345,6 +345,7 @@ def main(args, overrides: Sequence[str]) -> int:
   records = run_bench(mixers, lengths, args.batch, dim=args.dim, num_layers=args.layers,
                       num_heads=args.heads, overrides=overrides, num_steps=args.steps,
                       warmup_steps=args.warmup, isolate=not args.in_process,
+                      matmul_n=args.matmul_n,
                       log=lambda line: print(line, file=sys.stderr, flush=True))
   table = markdown(records, command)
   print(table)

@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
   bench.add_argument("--heads", type=int, default=4)
   bench.add_argument("--steps", type=int, default=5, help="timed steps per record (median)")
   bench.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
+  bench.add_argument("--matmul-n", type=int, help="size of the matmul timed for the FLOP/s peak "
+                     "(default 1024 on CPU, 8192 on accelerators)")
   bench.add_argument("--json", type=Path, help="write the records here")
   bench.add_argument("--md", type=Path, help="write the Markdown table here")
   bench.add_argument("--plot", type=Path, help="write the log-log time/memory plot here (PNG)")
