@@ -57,10 +57,11 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.data.generate = True
     c.data.generator = ml_collections.ConfigDict(dict(
         num_train=256 if small else 6000, num_val=64 if small else 500,
-        num_test=64 if small else 1000, min_length=1, max_length=32 if small else 60,
-        max_depth=2, max_args=4, seed=1234))
+        num_test=64 if small else 1000, min_length=1 if small else 8,
+        max_length=32 if small else 80, max_depth=3 if small else 4, max_args=4 if small else 5,
+        seed=1234))
     c.model.num_layers, c.model.dim, c.model.num_heads, c.model.mlp_dim = (
-        (1, 32, 2, 64) if small else (2, 64, 4, 128))
+        (1, 32, 2, 64) if small else (4, 64, 4, 128))
     c.model.dropout = 0.0
     c.mixers.latte.num_latents = 8 if small else 16
     # Tiny sequences need few features, projections and packed rows.
@@ -70,12 +71,12 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.mixers.linformer.proj_len = 16 if small else 32
     c.mixers.luna.packed_len = 8 if small else 16
     c.train.batch_size = 16 if small else 32
-    c.train.num_steps = 6 if small else 2000
+    c.train.num_steps = 6 if small else 4000
     c.train.learning_rate = 3e-3 if small else 2e-3
     c.train.weight_decay = 0.01
     c.train.warmup_steps = 0 if small else 100
     c.train.log_every_steps = 2 if small else 100
-    c.eval.every_steps = 3 if small else 400
+    c.eval.every_steps = 3 if small else 500
     c.eval.batch_size = 32 if small else 250
     c.checkpoint.every_steps = 3 if small else 1000
   c.lock()
