@@ -186,12 +186,18 @@ def run_bench(mixers: Sequence[str], lengths: Sequence[int], batch_size: int, *,
                                  warmup_steps=warmup_steps)))
   results = []
   for fn, kwargs in jobs:
-    if isolate:
-      with concurrent.futures.ProcessPoolExecutor(
-          1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        result = pool.submit(_call, fn, kwargs).result()
-    else:
-      result = fn(**kwargs)
+    try:
+      if isolate:
+        with concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn")) as pool:
+          result = pool.submit(_call, fn, kwargs).result()
+      else:
+        result = fn(**kwargs)
+    except Exception as e:  # noqa: BLE001 - one failing mixer should not lose the others' rows
+      if fn is matmul_peak:
+        raise
+      result = {**kwargs, "status": f"error: {type(e).__name__}: {str(e)[:200]}",
+                "time_ms": None, "tokens_per_s": None, "peak_bytes": None, "device": None}
     results.append(result)
     if log and "mixer" in result:
       log(format_record(result))
