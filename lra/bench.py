@@ -73,8 +73,10 @@ def _flops(compiled) -> float | None:
 
 def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: int,
             num_heads: int, overrides: Sequence[str] = (), num_steps: int = 5,
-            warmup_steps: int = 2) -> dict[str, Any]:
-  """One record: the median wall time of `num_steps` jitted train steps after `warmup_steps`.
+            warmup_steps: int = 2, min_time_s: float = 1.0) -> dict[str, Any]:
+  """One record: the median wall time of jitted train steps after `warmup_steps`.
+
+  At least `num_steps` steps are timed, and more until `min_time_s` seconds have passed.
 
   The step is train.make_steps' (forward, backward, AdamW update, state donated) on a batch of
   B x T random byte tokens, all real. Memory is XLA's analysis of the compiled step: arguments +
@@ -125,12 +127,16 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
 
   times = []
   try:
-    for i in range(warmup_steps + num_steps):
+    for _ in range(warmup_steps):
+      state, sums = compiled(state, batch)
+      jax.block_until_ready((state, sums))
+    # Short steps repeat for at least min_time_s, so their median has enough samples to be stable.
+    stop = time.perf_counter() + min_time_s
+    while len(times) < num_steps or (time.perf_counter() < stop and len(times) < 1000):
       start = time.perf_counter()
       state, sums = compiled(state, batch)
       jax.block_until_ready((state, sums))
-      if i >= warmup_steps:
-        times.append(time.perf_counter() - start)
+      times.append(time.perf_counter() - start)
   except Exception as e:  # noqa: BLE001 - an out-of-memory step is a result, not a crash
     if "RESOURCE_EXHAUSTED" not in str(e) and "out of memory" not in str(e).lower():
       raise
@@ -168,8 +174,8 @@ def _call(fn, kwargs):
 
 def run_bench(mixers: Sequence[str], lengths: Sequence[int], batch_size: int, *, dim: int,
               num_layers: int, num_heads: int, overrides: Sequence[str] = (),
-              num_steps: int = 5, warmup_steps: int = 2, isolate: bool = True,
-              matmul_n: int | None = None, log=None) -> list[dict[str, Any]]:
+              num_steps: int = 5, warmup_steps: int = 2, min_time_s: float = 1.0,
+              isolate: bool = True, matmul_n: int | None = None, log=None) -> list[dict[str, Any]]:
   """Measures every (mixer, T); with `isolate` each in a fresh process.
 
   A fresh process per record makes peak RSS that record's own, and frees an accelerator fully
@@ -183,7 +189,7 @@ def run_bench(mixers: Sequence[str], lengths: Sequence[int], batch_size: int, *,
       jobs.append((measure, dict(mixer=mixer, seq_len=seq_len, batch_size=batch_size, dim=dim,
                                  num_layers=num_layers, num_heads=num_heads,
                                  overrides=tuple(overrides), num_steps=num_steps,
-                                 warmup_steps=warmup_steps)))
+                                 warmup_steps=warmup_steps, min_time_s=min_time_s)))
   results = []
   for fn, kwargs in jobs:
     try:
@@ -350,7 +356,8 @@ def main(args, overrides: Sequence[str]) -> int:
   command = "lra bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "lra bench"
   records = run_bench(mixers, lengths, args.batch, dim=args.dim, num_layers=args.layers,
                       num_heads=args.heads, overrides=overrides, num_steps=args.steps,
-                      warmup_steps=args.warmup, isolate=not args.in_process,
+                      warmup_steps=args.warmup, min_time_s=args.min_time,
+                      isolate=not args.in_process,
                       matmul_n=args.matmul_n,
                       log=lambda line: print(line, file=sys.stderr, flush=True))
   table = markdown(records, command)

@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
   bench.add_argument("--layers", type=int, default=6)
   bench.add_argument("--heads", type=int, default=4)
   bench.add_argument("--steps", type=int, default=5, help="timed steps per record (median)")
+  bench.add_argument("--min-time", type=float, default=1.0, help="keep timing short steps "
+                     "until this many seconds have passed")
   bench.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
   bench.add_argument("--matmul-n", type=int, help="size of the matmul timed for the FLOP/s peak "
                      "(default 1024 on CPU, 8192 on accelerators)")

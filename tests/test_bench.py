@@ -29,6 +29,7 @@ def test_cli_records_table_plot_and_memory_growth(tmp_path, capsys):
   out = tmp_path / "bench"
   code = main(["bench", "--mixers", "softmax,latte", "--lengths", "64,256", "--batch", "1",
                "--dim", "16", "--layers", "1", "--heads", "2", "--steps", "2", "--warmup", "1",
+               "--min-time", "0",
                "--in-process", "--matmul-n", "128", "--json", str(out / "b.json"),
                "--md", str(out / "b.md"), "--plot", str(out / "b.png"), "--config.mixers.latte.num_latents=4"])
   assert code == 0
