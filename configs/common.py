@@ -15,7 +15,23 @@ def mixer_configs() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict({
       "softmax": {},
       "latte": {"num_latents": 40},
+      # Local window of w=128 (|t-s| <= 64) plus the same 40 latents as Latte.
+      "latte_macchiato": {"num_latents": 40, "window": 128},
+      "linear": {},
+      # FAVOR+ with 256 orthogonal features per head; kernel="relu" is what the LRA code ran.
+      "performer": {"num_features": 256, "kernel": "softmax", "redraw": False, "seed": 0},
+      # Linformer paper's k=256 with separate E, F per head; the LRA code: 16, shared E=F, heads.
+      "linformer": {"proj_len": 256, "share_kv": False, "share_heads": False},
+      "luna": {"packed_len": 128},
   })
+
+
+def use_lra_mixer_settings(config: ml_collections.ConfigDict) -> None:
+  """The mixer settings the original LRA code ran, for the `lra` presets."""
+  config.mixers.performer.kernel = "relu"
+  config.mixers.linformer.proj_len = 16
+  config.mixers.linformer.share_kv = True
+  config.mixers.linformer.share_heads = True
 
 
 def base_config() -> ml_collections.ConfigDict:

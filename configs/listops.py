@@ -46,6 +46,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.train.weight_decay = 0.1
     c.train.b1, c.train.b2, c.train.eps = 0.9, 0.98, 1e-9
     c.train.grad_clip_norm = 0.0
+    common.use_lra_mixer_settings(c)
     c.eval.every_steps = 500
     c.checkpoint.every_steps = 500
   else:
@@ -63,6 +64,12 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
         (1, 32, 2, 64) if small else (4, 64, 4, 128))
     c.model.dropout = 0.0
     c.mixers.latte.num_latents = 8 if small else 16
+    # Tiny sequences need few features, projections and packed rows.
+    c.mixers.latte_macchiato.num_latents = 8 if small else 16
+    c.mixers.latte_macchiato.window = 16
+    c.mixers.performer.num_features = 32 if small else 64
+    c.mixers.linformer.proj_len = 16 if small else 32
+    c.mixers.luna.packed_len = 8 if small else 16
     c.train.batch_size = 16 if small else 32
     c.train.num_steps = 6 if small else 4000
     c.train.learning_rate = 3e-3 if small else 2e-3

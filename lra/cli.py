@@ -59,6 +59,27 @@ def build_parser() -> argparse.ArgumentParser:
   sweep.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
                      help="extra #SBATCH line, e.g. --sbatch=--gres=gpu:1 (repeatable)")
 
+  bench = sub.add_parser("bench", help="train-step time and memory per mixer and length",
+                         epilog="Defaults: the Latte paper's Text model (6 layers, D=256, 4 heads, "
+                         "batch 32). Any --config.KEY=VALUE applies to every mixer.")
+  bench.add_argument("--mixers", help="comma-separated (default: all registered)")
+  bench.add_argument("--lengths", default="1024,2048,4096,8192,16384")
+  bench.add_argument("--batch", type=int, default=32)
+  bench.add_argument("--dim", type=int, default=256)
+  bench.add_argument("--layers", type=int, default=6)
+  bench.add_argument("--heads", type=int, default=4)
+  bench.add_argument("--steps", type=int, default=5, help="timed steps per record (median)")
+  bench.add_argument("--min-time", type=float, default=1.0, help="keep timing short steps "
+                     "until this many seconds have passed")
+  bench.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
+  bench.add_argument("--matmul-n", type=int, help="size of the matmul timed for the FLOP/s peak "
+                     "(default 1024 on CPU, 8192 on accelerators)")
+  bench.add_argument("--json", type=Path, help="write the records here")
+  bench.add_argument("--md", type=Path, help="write the Markdown table here")
+  bench.add_argument("--plot", type=Path, help="write the log-log time/memory plot here (PNG)")
+  bench.add_argument("--in-process", action="store_true", help="measure every record in this "
+                     "process (faster; peak RSS is then cumulative)")
+
   data = sub.add_parser("data", help="generate, prepare and inspect data")
   data_sub = data.add_subparsers(dest="data_command", required=True)
   gen = data_sub.add_parser("generate", help="write LRA-format files (no download)")
@@ -135,6 +156,9 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
   if args.command == "data":
     return data_commands.dispatch(args)
+  if args.command == "bench":
+    from lra import bench
+    return bench.main(args, overrides)
   raise AssertionError(args.command)
 
 

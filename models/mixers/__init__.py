@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import flax.linen as nn
 
-from models.mixers import latte, softmax
+from models.mixers import latte, latte_macchiato, linear, linformer, luna, performer, softmax
 
 MIXERS: dict[str, type[nn.Module]] = {
     "softmax": softmax.SoftmaxMixer,
     "latte": latte.LatteMixer,
+    "latte_macchiato": latte_macchiato.LatteMacchiatoMixer,
+    "linear": linear.LinearMixer,
+    "performer": performer.PerformerMixer,
+    "linformer": linformer.LinformerMixer,
+    "luna": luna.LunaMixer,
 }
 
 

@@ -49,9 +49,9 @@ class LatteMixer(nn.Module):
                        f"num_heads={self.num_heads} (latents are split across heads).")
     per_head = self.num_latents // self.num_heads
     head_dim = self.dim // self.num_heads
-    q = nn.DenseGeneral((self.num_heads, per_head), name="query_latents")(x)
-    k = nn.DenseGeneral((self.num_heads, per_head), name="key_latents")(x)
-    v = nn.DenseGeneral((self.num_heads, head_dim), name="value")(x)
+    # One fused projection (one matmul, one read of x) split per head into q, k, v.
+    qkv = nn.DenseGeneral((self.num_heads, 2 * per_head + head_dim), name="qkv")(x)
+    q, k, v = jnp.split(qkv, [per_head, 2 * per_head], axis=-1)
     y = latte_attention(q, k, v, mask)
     y = nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(y)
     return y, carry

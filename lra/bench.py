@@ -1,0 +1,377 @@
+"""`lra bench`: time and memory of the runner's own training step, per mixer and sequence length.
+
+Measures, summarises (ratios vs softmax, fitted exponents, share of the measured matmul peak) and
+writes JSON, a Markdown table and a log-log plot.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import multiprocessing
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from configs import common
+from lra import optim, writers
+from lra.config_loading import apply_overrides
+from lra.train import TrainState, build_model, make_steps
+from models.mixers import get_mixer
+from tasks.spec import TaskSpec
+
+# The Latte paper's Text protocol (DATA.md): 6 layers, D=256, 4 heads, MLP 4D, L=D, batch 32.
+DEFAULTS = dict(dim=256, num_layers=6, num_heads=4, batch_size=32)
+DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
+BASELINE = "softmax"
+
+
+def bench_config(mixer: str, *, dim: int, num_layers: int, num_heads: int,
+                 overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
+  """The Text paper model at the given sizes; `overrides` are `a.b=value` strings."""
+  get_mixer(mixer)  # an unknown name fails here, listing the valid ones
+  c = common.base_config()
+  c.task, c.preset = "bench", "bench"
+  c.model.mixer = mixer
+  c.model.dim, c.model.num_layers, c.model.num_heads, c.model.mlp_dim = (
+      dim, num_layers, num_heads, 4 * dim)
+  c.mixers.latte.num_latents = dim  # the paper's L=D row for Text
+  c.train.learning_rate, c.train.weight_decay = 1e-3, 0.05
+  c.lock()
+  return apply_overrides(c, overrides)
+
+
+def _bytes_available(device: jax.Device) -> int | None:
+  """What one step may use: the accelerator's limit, or the host's available memory on CPU."""
+  stats = device.memory_stats() if device.platform != "cpu" else None
+  if stats and "bytes_limit" in stats:
+    return int(stats["bytes_limit"])
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return None
+
+
+def _flops(compiled) -> float | None:
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost  # older jax: one dict per module
+  flops = (cost or {}).get("flops")
+  return float(flops) if flops and flops > 0 else None
+
+
+def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: int,
+            num_heads: int, overrides: Sequence[str] = (), num_steps: int = 5,
+            warmup_steps: int = 2, min_time_s: float = 1.0) -> dict[str, Any]:
+  """One record: the median wall time of jitted train steps after `warmup_steps`.
+
+  At least `num_steps` steps are timed, and more until `min_time_s` seconds have passed.
+
+  The step is train.make_steps' (forward, backward, AdamW update, state donated) on a batch of
+  B x T random byte tokens, all real. Memory is XLA's analysis of the compiled step: arguments +
+  outputs + temporaries, less what donation aliases (deterministic, so comparable across runs).
+  """
+  config = bench_config(mixer, dim=dim, num_layers=num_layers, num_heads=num_heads,
+                        overrides=overrides)
+  spec = TaskSpec(vocab_size=257, seq_len=seq_len, num_classes=2)
+  device = jax.devices()[0]
+  record: dict[str, Any] = {
+      "mixer": mixer, "seq_len": seq_len, "batch_size": batch_size,
+      "device": f"{device.platform}:{getattr(device, 'device_kind', '')}", "dim": dim,
+      "num_layers": num_layers, "num_heads": num_heads, "overrides": list(overrides),
+      "status": "ok", "time_ms": None, "tokens_per_s": None, "peak_bytes": None}
+  mesh = jax.sharding.Mesh(np.asarray([device]), ("data",))
+  rng = np.random.default_rng(0)
+  batch = jax.device_put({
+      "inputs": rng.integers(1, 257, (batch_size, seq_len), dtype=np.int32),
+      "mask": np.ones((batch_size, seq_len), bool),
+      "label": rng.integers(0, 2, (batch_size,), dtype=np.int32),
+      "weight": np.ones((batch_size,), np.float32)}, NamedSharding(mesh, P("data")))
+  model = build_model(config, spec)
+  init_batch = {"inputs": batch["inputs"][:1], "mask": batch["mask"][:1]}
+  params = jax.jit(lambda key: model.init(key, init_batch, deterministic=True))(
+      jax.random.PRNGKey(0))["params"]
+  state = jax.device_put(
+      TrainState.create(apply_fn=model.apply, params=params, tx=optim.make_optimizer(config.train)),
+      NamedSharding(mesh, P()))
+  record["num_params"] = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
+  train_step, _ = make_steps(model, mesh, dropout_seed=0)
+
+  start = time.perf_counter()
+  compiled = train_step.lower(state, batch).compile()
+  record["compile_s"] = time.perf_counter() - start
+  mem = compiled.memory_analysis()
+  if mem is not None:
+    record.update(
+        argument_bytes=int(mem.argument_size_in_bytes), output_bytes=int(mem.output_size_in_bytes),
+        temp_bytes=int(mem.temp_size_in_bytes), alias_bytes=int(mem.alias_size_in_bytes))
+    record["peak_bytes"] = (record["argument_bytes"] + record["output_bytes"]
+                            + record["temp_bytes"] - record["alias_bytes"])
+  record["flops"] = _flops(compiled)
+  available = _bytes_available(device)
+  if record["peak_bytes"] and available and record["peak_bytes"] > 0.9 * available:
+    record["status"] = (f"skipped: needs {record['peak_bytes'] / 2**30:.1f} GiB, "
+                        f"{available / 2**30:.1f} GiB available")
+    return record
+
+  times = []
+  try:
+    for _ in range(warmup_steps):
+      state, sums = compiled(state, batch)
+      jax.block_until_ready((state, sums))
+    # Short steps repeat for at least min_time_s, so their median has enough samples to be stable.
+    stop = time.perf_counter() + min_time_s
+    while len(times) < num_steps or (time.perf_counter() < stop and len(times) < 1000):
+      start = time.perf_counter()
+      state, sums = compiled(state, batch)
+      jax.block_until_ready((state, sums))
+      times.append(time.perf_counter() - start)
+  except Exception as e:  # noqa: BLE001 - an out-of-memory step is a result, not a crash
+    if "RESOURCE_EXHAUSTED" not in str(e) and "out of memory" not in str(e).lower():
+      raise
+    record["status"] = "oom"
+    return record
+  seconds = statistics.median(times)
+  record.update(time_ms=1e3 * seconds, time_ms_min=1e3 * min(times),
+                time_ms_max=1e3 * max(times), num_timed_steps=len(times),
+                tokens_per_s=batch_size * seq_len / seconds)
+  record["flops_per_s"] = record["flops"] / seconds if record["flops"] else None
+  # ru_maxrss is in KiB on Linux; it is this process's peak, so per record only when isolated.
+  record["rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+  return record
+
+
+def matmul_peak(num_steps: int = 5, n: int | None = None) -> dict[str, Any]:
+  """The device's achievable f32 matmul FLOP/s (the step runs in f32), timed like the step."""
+  device = jax.devices()[0]
+  n = n or (1024 if device.platform == "cpu" else 8192)
+  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+  matmul = jax.jit(lambda x, y: x @ y)
+  jax.block_until_ready(matmul(a, a))
+  times = []
+  for _ in range(num_steps):
+    start = time.perf_counter()
+    jax.block_until_ready(matmul(a, a))
+    times.append(time.perf_counter() - start)
+  return {"matmul_n": n, "matmul_peak_flops_per_s": 2 * n**3 / statistics.median(times),
+          "device": f"{device.platform}:{getattr(device, 'device_kind', '')}"}
+
+
+def _call(fn, kwargs):
+  return fn(**kwargs)
+
+
+def run_bench(mixers: Sequence[str], lengths: Sequence[int], batch_size: int, *, dim: int,
+              num_layers: int, num_heads: int, overrides: Sequence[str] = (),
+              num_steps: int = 5, warmup_steps: int = 2, min_time_s: float = 1.0,
+              isolate: bool = True, matmul_n: int | None = None, log=None) -> list[dict[str, Any]]:
+  """Measures every (mixer, T); with `isolate` each in a fresh process.
+
+  A fresh process per record makes peak RSS that record's own, and frees an accelerator fully
+  between records (JAX preallocates most of its memory per process).
+  """
+  jobs = [(matmul_peak, {"num_steps": num_steps, "n": matmul_n})]
+  for mixer in mixers:
+    # Unknown mixers and bad overrides fail here, before any process starts.
+    bench_config(mixer, dim=dim, num_layers=num_layers, num_heads=num_heads, overrides=overrides)
+    for seq_len in lengths:
+      jobs.append((measure, dict(mixer=mixer, seq_len=seq_len, batch_size=batch_size, dim=dim,
+                                 num_layers=num_layers, num_heads=num_heads,
+                                 overrides=tuple(overrides), num_steps=num_steps,
+                                 warmup_steps=warmup_steps, min_time_s=min_time_s)))
+  results = []
+  for fn, kwargs in jobs:
+    try:
+      if isolate:
+        with concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn")) as pool:
+          result = pool.submit(_call, fn, kwargs).result()
+      else:
+        result = fn(**kwargs)
+    except Exception as e:  # noqa: BLE001 - one failing mixer should not lose the others' rows
+      if fn is matmul_peak:
+        raise
+      result = {**kwargs, "status": f"error: {type(e).__name__}: {str(e)[:200]}",
+                "time_ms": None, "tokens_per_s": None, "peak_bytes": None, "device": None}
+    results.append(result)
+    if log and "mixer" in result:
+      log(format_record(result))
+  peak = results[0]["matmul_peak_flops_per_s"]
+  records = results[1:]
+  for r in records:
+    r["matmul_peak_flops_per_s"] = peak
+    r["fraction_of_matmul_peak"] = (r["flops_per_s"] / peak if r.get("flops_per_s") else None)
+  return records
+
+
+def format_record(r: dict[str, Any]) -> str:
+  if r["status"] != "ok":
+    return f"{r['mixer']:<16} T={r['seq_len']:<6} {r['status']}"
+  return (f"{r['mixer']:<16} T={r['seq_len']:<6} {r['time_ms']:9.1f} ms  "
+          f"{r['tokens_per_s']:10.0f} tok/s  {r['peak_bytes'] / 2**20:9.1f} MiB")
+
+
+def _fit_exponent(points: list[tuple[float, float]]) -> float | None:
+  """Slope of log(y) against log(T) over the longer half of the lengths (at least three points).
+
+  Short lengths are dominated by fixed per-step costs, which would flatten every slope.
+  """
+  points = sorted(points)
+  points = points[-max(3, (len(points) + 1) // 2):]
+  if len(points) < 2:
+    return None
+  x, y = np.log([p[0] for p in points]), np.log([p[1] for p in points])
+  return float(np.polyfit(x, y, 1)[0])
+
+
+def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
+  """Ratios vs softmax per (mixer, T), and per mixer its time and memory exponents.
+
+  Returns:
+    {"ratios": [{mixer, seq_len, speedup, memory_ratio}], "mixers": {mixer: {time_exponent,
+    memory_exponent, largest_seq_len, speedup, memory_ratio}}} where the last three are at the
+    largest T both the mixer and softmax ran.
+  """
+  ok = [r for r in records if r["status"] == "ok"]
+  base = {r["seq_len"]: r for r in ok if r["mixer"] == BASELINE}
+  ratios = []
+  for r in ok:
+    b = base.get(r["seq_len"])
+    if b is not None:
+      ratios.append({"mixer": r["mixer"], "seq_len": r["seq_len"],
+                     "speedup": b["time_ms"] / r["time_ms"],
+                     "memory_ratio": r["peak_bytes"] / b["peak_bytes"]})
+  mixers = {}
+  for name in dict.fromkeys(r["mixer"] for r in records):
+    mine = [r for r in ok if r["mixer"] == name]
+    shared = [q for q in ratios if q["mixer"] == name]
+    last = max(shared, key=lambda q: q["seq_len"]) if shared else {}
+    mixers[name] = {
+        "time_exponent": _fit_exponent([(r["seq_len"], r["time_ms"]) for r in mine]),
+        "memory_exponent": _fit_exponent([(r["seq_len"], r["peak_bytes"]) for r in mine]),
+        "largest_ok_seq_len": max((r["seq_len"] for r in mine), default=None),
+        "largest_seq_len": last.get("seq_len"), "speedup": last.get("speedup"),
+        "memory_ratio": last.get("memory_ratio")}
+  return {"ratios": ratios, "mixers": mixers}
+
+
+def _num(x, fmt: str) -> str:
+  return "-" if x is None else format(x, fmt)
+
+
+def markdown(records: list[dict[str, Any]], command: str) -> str:
+  """The generated table: provenance, per-record numbers with ratios, exponents per mixer."""
+  summary = summarise(records)
+  ratio = {(q["mixer"], q["seq_len"]): q for q in summary["ratios"]}
+  r0 = records[0]
+  lines = [
+      "# Training-step speed and memory per mixer", "",
+      f"Generated by `{command}` on {r0['device']} at "
+      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, git "
+      f"{writers.git_sha()}. Do not edit: re-run the command.", "",
+      f"Model: the shared encoder, {r0['num_layers']} layers, D={r0['dim']}, "
+      f"{r0['num_heads']} heads, MLP 4D, batch {r0['batch_size']}"
+      + (f", overrides {' '.join(r0['overrides'])}" if r0["overrides"] else "") + ". "
+      "Time: median of the timed steps of the jitted train step (forward + backward + AdamW, "
+      "state donated), after warm-up. Memory: XLA's analysis of the compiled step (arguments + "
+      "outputs + temporaries - donated aliases). Ratios are against softmax at the same length; "
+      "speed-up > 1 is faster, memory < 1 is smaller. Matmul peak: f32 "
+      f"{r0.get('matmul_peak_flops_per_s', 0) / 1e9:.1f} GFLOP/s measured by the bench.", "",
+      "| mixer | T | time ms | tokens/s | peak MiB | speed-up vs softmax | memory vs softmax "
+      "| GFLOP/s | % of matmul peak | peak RSS MiB |",
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  for r in records:
+    q = ratio.get((r["mixer"], r["seq_len"]), {})
+    if r["status"] != "ok":
+      lines.append(f"| {r['mixer']} | {r['seq_len']} | {r['status']} |||||||| ")
+      continue
+    frac = r.get("fraction_of_matmul_peak")
+    lines.append(
+        f"| {r['mixer']} | {r['seq_len']} | {r['time_ms']:.1f} | {r['tokens_per_s']:.0f} | "
+        f"{r['peak_bytes'] / 2**20:.1f} | {_num(q.get('speedup'), '.2f')} | "
+        f"{_num(q.get('memory_ratio'), '.3f')} | {_num(r.get('flops_per_s') and r['flops_per_s'] / 1e9, '.1f')} | "
+        f"{_num(frac and 100 * frac, '.1f')} | "
+        f"{_num(r.get('rss_peak_bytes') and r['rss_peak_bytes'] / 2**20, '.0f')} |")
+  lines += ["", "Per mixer: exponents of time and memory against T (least squares on log-log over "
+            "the longer half of the lengths), and the ratios at the largest T softmax also ran.", "",
+            "| mixer | time exponent | memory exponent | at T | speed-up vs softmax | "
+            "memory vs softmax |", "|---|---:|---:|---:|---:|---:|"]
+  for name, s in summary["mixers"].items():
+    lines.append(f"| {name} | {_num(s['time_exponent'], '.2f')} | "
+                 f"{_num(s['memory_exponent'], '.2f')} | {_num(s['largest_seq_len'], 'd')} | "
+                 f"{_num(s['speedup'], '.2f')} | {_num(s['memory_ratio'], '.3f')} |")
+  return "\n".join(lines) + "\n"
+
+
+def plot(records: list[dict[str, Any]], path: Path) -> None:
+  """Log-log time and memory against T, one line per mixer, with T and T^2 guides."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+  for ax, key, label, scale in ((axes[0], "time_ms", "train step time (ms)", 1.0),
+                                (axes[1], "peak_bytes", "compiled step memory (MiB)", 2**-20)):
+    for name in dict.fromkeys(r["mixer"] for r in records):
+      pts = sorted((r["seq_len"], r[key] * scale) for r in records
+                   if r["mixer"] == name and r["status"] == "ok")
+      if pts:
+        ax.plot(*zip(*pts), marker="o", label=name)
+    lengths = sorted({r["seq_len"] for r in records})
+    ys = [r[key] * scale for r in records if r["status"] == "ok"]
+    if ys and len(lengths) > 1:
+      t0, y0 = lengths[0], min(ys)
+      for power, style in ((1, ":"), (2, "--")):
+        ax.plot(lengths, [y0 * (t / t0) ** power for t in lengths], style, color="grey",
+                label=f"~T^{power}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length T")
+    ax.set_ylabel(label)
+    ax.grid(True, which="both", alpha=0.3)
+  axes[0].legend(fontsize=8)
+  r0 = records[0]
+  fig.suptitle(f"{r0['device']}: {r0['num_layers']} layers, D={r0['dim']}, batch "
+               f"{r0['batch_size']}", fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def main(args, overrides: Sequence[str]) -> int:
+  """`lra bench`: prints one line per record, then the Markdown table; writes what was asked."""
+  import json
+  mixers = args.mixers.split(",") if args.mixers else _all_mixers()
+  lengths = [int(t) for t in args.lengths.split(",")]
+  command = "lra bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "lra bench"
+  records = run_bench(mixers, lengths, args.batch, dim=args.dim, num_layers=args.layers,
+                      num_heads=args.heads, overrides=overrides, num_steps=args.steps,
+                      warmup_steps=args.warmup, min_time_s=args.min_time,
+                      isolate=not args.in_process,
+                      matmul_n=args.matmul_n,
+                      log=lambda line: print(line, file=sys.stderr, flush=True))
+  table = markdown(records, command)
+  print(table)
+  for path, text in ((args.json, json.dumps(records, indent=1) + "\n"), (args.md, table)):
+    if path:
+      Path(path).parent.mkdir(parents=True, exist_ok=True)
+      Path(path).write_text(text)
+  if args.plot:
+    Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+    plot(records, Path(args.plot))
+  return 0
+
+
+def _all_mixers() -> list[str]:
+  from models.mixers import MIXERS
+  return [BASELINE] + [m for m in MIXERS if m != BASELINE]

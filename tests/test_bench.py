@@ -1,0 +1,59 @@
+"""`lra bench` on tiny sizes: well-formed records, ratios and exponents; no timing asserts."""
+import json
+
+import pytest
+
+from lra import bench
+from lra.cli import main
+
+def test_exponent_and_ratios_from_known_records():
+  # Synthetic records with known power laws: time ~ T^2 for softmax, ~ T for the other.
+  lengths = [64, 128, 256, 512]
+  records = [{"mixer": m, "seq_len": t, "status": "ok", "time_ms": c * t**p,
+              "peak_bytes": 10 * t**p} for m, c, p in (("softmax", 1e-3, 2), ("fast", 2e-2, 1))
+             for t in lengths]
+  records.append({"mixer": "fast", "seq_len": 1024, "status": "oom", "time_ms": None,
+                  "peak_bytes": None})
+  s = bench.summarise(records)
+  assert s["mixers"]["softmax"]["time_exponent"] == pytest.approx(2.0)
+  assert s["mixers"]["fast"]["memory_exponent"] == pytest.approx(1.0)
+  fast = s["mixers"]["fast"]
+  assert fast["largest_seq_len"] == 512 and fast["largest_ok_seq_len"] == 512
+  assert fast["speedup"] == pytest.approx(1e-3 * 512**2 / (2e-2 * 512))
+  assert fast["memory_ratio"] == pytest.approx(512 / 512**2)
+  assert {(q["mixer"], q["seq_len"]) for q in s["ratios"]} == {
+      (m, t) for m in ("softmax", "fast") for t in lengths}
+
+
+def test_cli_records_table_plot_and_memory_growth(tmp_path, capsys):
+  out = tmp_path / "bench"
+  code = main(["bench", "--mixers", "softmax,latte", "--lengths", "64,256", "--batch", "1",
+               "--dim", "16", "--layers", "1", "--heads", "2", "--steps", "2", "--warmup", "1",
+               "--min-time", "0",
+               "--in-process", "--matmul-n", "128", "--json", str(out / "b.json"),
+               "--md", str(out / "b.md"), "--plot", str(out / "b.png"), "--config.mixers.latte.num_latents=4"])
+  assert code == 0
+  records = json.loads((out / "b.json").read_text())
+  assert [(r["mixer"], r["seq_len"]) for r in records] == [
+      ("softmax", 64), ("softmax", 256), ("latte", 64), ("latte", 256)]
+  for r in records:
+    assert r["status"] == "ok" and r["batch_size"] == 1 and r["device"].startswith("cpu")
+    assert r["time_ms"] > 0 and r["peak_bytes"] > 0
+    assert r["tokens_per_s"] == pytest.approx(r["seq_len"] / (r["time_ms"] / 1e3))
+    assert r["matmul_peak_flops_per_s"] > 0
+  table = (out / "b.md").read_text()
+  assert "| softmax | 256 |" in table and "| 1.00 | 1.000 |" in table  # softmax vs itself
+  assert (out / "b.png").read_bytes()[:4] == b"\x89PNG"
+  assert "| softmax | 64 |" in capsys.readouterr().out
+
+  # XLA's memory analysis is deterministic, so comparing growth between two lengths is fair:
+  # latte at most linear in T (parameters and optimizer state are fixed), softmax well beyond.
+  peak = {(r["mixer"], r["seq_len"]): r["peak_bytes"] for r in records}
+  growth = {m: peak[m, 256] / peak[m, 64] for m in ("softmax", "latte")}
+  assert growth["latte"] < 4.0
+  assert growth["softmax"] > 2 * growth["latte"]
+
+
+def test_unknown_mixer_is_an_actionable_error(capsys):
+  assert main(["bench", "--mixers", "nope", "--in-process"]) == 2
+  assert "Valid mixers" in capsys.readouterr().err
