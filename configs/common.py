@@ -55,6 +55,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.embedding = "token"
   c.model.pos_encoding = "sinusoidal"
   c.model.pooling = "mean"
+  c.model.dtype = "float32"       # compute dtype: float32 | bfloat16 (params and loss stay fp32)
+  c.model.remat = False           # recompute block activations in backward (memory for compute)
 
   c.mixers = mixer_configs()
 
@@ -71,6 +73,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.eps = 1e-8
   c.train.grad_clip_norm = 1.0     # 0 disables clipping
   c.train.log_every_steps = 50
+  # Micro-batches per step: batch_size rows in batch_size/k slices, one update (same gradient).
+  c.train.grad_accum_steps = 1
 
   c.eval = ml_collections.ConfigDict()
   c.eval.every_steps = 500
@@ -78,6 +82,7 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every_steps = 1000
+  c.checkpoint.keep = 2            # latest checkpoints kept (the best one is kept separately)
   return c
 
 

@@ -16,6 +16,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
   p.add_argument("--run-dir", type=Path, help="default results/runs/TASK/MIXER/PRESET_seedN")
   p.add_argument("--results-dir", type=Path, default=Path("results"))
   p.add_argument("--quiet", action="store_true", help="no progress line")
+  p.add_argument("--distributed", action="store_true",
+                 help="multi-host: call jax.distributed.initialize() first (one process per "
+                 "host; also LRA_DISTRIBUTED=1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
   from lra import data_commands, run  # deferred: `lra --help` should not wait for JAX
+  if args.command in (None, "run"):
+    from lra import distributed
+    distributed.initialize(args.distributed)  # before anything touches a device
   if args.command is None:
     return run_demo(args, overrides)
   if args.command == "run":
@@ -95,13 +101,18 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
                      data_dir=args.data_dir, run_dir=args.run_dir,
                      results_dir=args.results_dir, progress=not args.quiet)
     print_result(result)
-    return 0 if result["status"] == "complete" else 1
+    return exit_code(result)
   if args.command == "list":
     data_commands.print_list()
     return 0
   if args.command == "data":
     return data_commands.dispatch(args)
   raise AssertionError(args.command)
+
+
+def exit_code(result: dict) -> int:
+  """0 complete, 130 interrupted (saved; run again to resume), 1 otherwise (diverged)."""
+  return {"complete": 0, "interrupted": 130}.get(result["status"], 1)
 
 
 def print_result(result: dict) -> None:
@@ -115,6 +126,8 @@ def print_result(result: dict) -> None:
         f"{pct(result['chance_accuracy'])}\n"
         f"  {result['num_params']:,} parameters, {result['steps_per_s']:.1f} steps/s, "
         f"{result['wall_time_s']:.0f}s on {result['device']}")
+  if result["status"] == "interrupted":
+    print("  saved: the same command resumes it from this step")
 
 
 def run_demo(args: argparse.Namespace, overrides: list[str]) -> int:
@@ -128,9 +141,10 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> int:
   result = run.run(task, mixer, preset=preset, overrides=overrides, data_dir=args.data_dir,
                    run_dir=args.run_dir, results_dir=args.results_dir, progress=not args.quiet)
   print_result(result)
-  gain = 100 * (result["test_accuracy"] - result["majority_accuracy"])
-  print(f"  {gain:+.1f} points over the majority class")
-  return 0 if result["status"] == "complete" else 1
+  if result["test_accuracy"] is not None:
+    gain = 100 * (result["test_accuracy"] - result["majority_accuracy"])
+    print(f"  {gain:+.1f} points over the majority class")
+  return exit_code(result)
 
 
 if __name__ == "__main__":

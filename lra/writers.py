@@ -34,19 +34,28 @@ class MetricsWriter:
 
   Each line is written with a single write call and fsynced; a reader skips a torn last line.
   On resume, lines from steps after the checkpoint are dropped so the file matches the state.
+  With `enabled=False` (processes other than 0 of a multi-host run) it touches nothing.
   """
 
-  def __init__(self, path: Path, resume_step: int | None = None):
+  def __init__(self, path: Path, resume_step: int | None = None, *, enabled: bool = True):
     self.path = Path(path)
+    self.enabled = enabled
+    if not enabled:
+      return
     if resume_step is not None and self.path.exists():
       kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= resume_step]
       tmp = self.path.with_name(self.path.name + ".tmp")
-      tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+      with open(tmp, "w") as f:
+        f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+        f.flush()
+        os.fsync(f.fileno())
       os.replace(tmp, self.path)
     elif resume_step is None and self.path.exists():
       self.path.unlink()
 
   def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+    if not self.enabled:
+      return
     line = json.dumps({"step": int(step), **metrics}, sort_keys=True, default=_jsonable) + "\n"
     with open(self.path, "a") as f:
       f.write(line)

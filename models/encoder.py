@@ -48,8 +48,8 @@ class EncoderBlock(nn.Module):
   max_len: int
 
   @nn.compact
-  def __call__(self, x, mask, carry, *, deterministic: bool):
-    """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
+  def __call__(self, x, mask, carry, deterministic: bool):
+    """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry). `deterministic` is positional for nn.remat."""
     mixer = get_mixer(self.mixer)(dim=x.shape[-1], num_heads=self.num_heads,
                                   dropout_rate=self.dropout_rate, max_len=self.max_len,
                                   **self.mixer_config, name="mixer")
@@ -67,6 +67,10 @@ class Encoder(nn.Module):
       the S5/Latte dense variant for pixel tasks.
     pos_encoding: "sinusoidal" or "learned".
     pooling: "mean" (over real tokens) or "cls" (a learned token prepended).
+    dtype: compute dtype of the blocks ("float32" or "bfloat16"). Parameters stay float32: the
+      blocks read bf16 copies of them, so gradients and optimizer state are float32. Embedding,
+      final norm, pooling and the head run in float32.
+    remat: recompute each block's activations in the backward pass (memory for compute).
   """
   vocab_size: int
   max_len: int
@@ -80,6 +84,19 @@ class Encoder(nn.Module):
   embedding: str = "token"
   pos_encoding: str = "sinusoidal"
   pooling: str = "mean"
+  dtype: str = "float32"
+  remat: bool = False
+
+  def _block_class(self):
+    """EncoderBlock wrapped for remat and the compute dtype; the mixers need not know either."""
+    block = nn.remat(EncoderBlock, static_argnums=(4,)) if self.remat else EncoderBlock
+    dtype = jnp.dtype(self.dtype)
+    # At init the parameters are created in float32 by the plain block (same names, same tree).
+    if dtype == jnp.float32 or self.is_initializing():
+      return block
+    cast = lambda tree: jax.tree.map(  # noqa: E731
+        lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
+    return nn.map_variables(block, "params", trans_in_fn=cast)
 
   @nn.compact
   def __call__(self, tokens: jax.Array, mask: jax.Array, *, deterministic: bool) -> jax.Array:
@@ -104,12 +121,14 @@ class Encoder(nn.Module):
       raise ValueError(f"model.pos_encoding must be 'sinusoidal' or 'learned', got "
                        f"{self.pos_encoding!r}")
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    x = x.astype(self.dtype)
     carry = None
+    block = self._block_class()
     for i in range(self.num_layers):
-      x, carry = EncoderBlock(self.mixer, self.mixer_config, self.num_heads, self.mlp_dim,
-                              self.dropout_rate, self.max_len, name=f"block_{i}")(
-                                  x, mask, carry, deterministic=deterministic)
-    x = nn.LayerNorm(name="final_norm")(x)
+      x, carry = block(self.mixer, self.mixer_config, self.num_heads, self.mlp_dim,
+                       self.dropout_rate, self.max_len, name=f"block_{i}")(
+                           x, mask, carry, deterministic)
+    x = nn.LayerNorm(name="final_norm")(x.astype(jnp.float32))
     if self.pooling == "cls":
       return x[:, 0]
     weights = mask.astype(x.dtype)[..., None]

@@ -109,9 +109,14 @@ class PreparedData:
 
 def make_batch(arrays: Mapping[str, np.ndarray], indices: np.ndarray, spec: TaskSpec,
                num_rows: int | None = None) -> dict[str, np.ndarray]:
-  """Gathers rows into a batch; rows past len(indices) (up to num_rows) are weight-0 filler."""
+  """Gathers rows into a batch; rows past len(indices) (up to num_rows) are weight-0 filler.
+
+  Filler rows copy example 0, so they are valid inputs and a batch is the same whichever way its
+  rows are split over hosts (a host's share of the last eval batch may be all filler).
+  """
   num_rows = len(indices) if num_rows is None else num_rows
-  filler = num_rows - len(indices)
+  real = len(indices)
+  indices = np.concatenate([np.asarray(indices, np.int64), np.zeros(num_rows - real, np.int64)])
   # Sorted reads are sequential on a memmap; the order is restored afterwards.
   order = np.argsort(indices, kind="stable")
   inverse = np.empty_like(order)
@@ -119,8 +124,6 @@ def make_batch(arrays: Mapping[str, np.ndarray], indices: np.ndarray, spec: Task
   batch: dict[str, np.ndarray] = {}
   for key, array in arrays.items():
     rows = np.asarray(array[indices[order]])[inverse]
-    if filler:
-      rows = np.concatenate([rows, np.repeat(rows[-1:], filler, axis=0)])
     batch[key] = rows.astype(np.int32)
     if key != "label":
       mask_key = "mask" + key[len("inputs"):]
@@ -129,7 +132,7 @@ def make_batch(arrays: Mapping[str, np.ndarray], indices: np.ndarray, spec: Task
       else:
         batch[mask_key] = rows != spec.pad_id
   weight = np.ones(num_rows, dtype=np.float32)
-  weight[len(indices):] = 0.0
+  weight[real:] = 0.0
   batch["weight"] = weight
   return batch
 
@@ -146,25 +149,32 @@ def epoch_permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
 
 
 def train_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: int, seed: int,
-                  start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
+                  start_step: int = 0,
+                  rows: tuple[int, int] | None = None) -> Iterator[dict[str, np.ndarray]]:
   """Infinite training stream; batch k is the same whether the run started at 0 or resumed at k.
 
-  Each epoch is a seeded permutation with the remainder dropped.
+  Each epoch is a seeded permutation with the remainder dropped. `rows=(start, stop)` yields only
+  those rows of every global batch (one host's share in a multi-host run).
   """
   n = len(arrays["label"])
   per_epoch = steps_per_epoch(n, batch_size)
+  start, stop = rows or (0, batch_size)
   step = start_step
   while True:
     epoch, index = divmod(step, per_epoch)
     perm = epoch_permutation(n, seed, epoch)
-    yield make_batch(arrays, perm[index * batch_size:(index + 1) * batch_size], spec)
+    yield make_batch(arrays, perm[index * batch_size:(index + 1) * batch_size][start:stop], spec)
     step += 1
 
 
-def eval_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec,
-                 batch_size: int) -> Iterator[dict[str, np.ndarray]]:
-  """Every example exactly once, in order; the last batch is padded with weight-0 rows."""
+def eval_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: int,
+                 rows: tuple[int, int] | None = None) -> Iterator[dict[str, np.ndarray]]:
+  """Every example exactly once, in order; the last batch is padded with weight-0 rows.
+
+  `rows=(start, stop)` yields only those rows of every (padded) global batch.
+  """
   n = len(arrays["label"])
-  for start in range(0, n, batch_size):
-    indices = np.arange(start, min(start + batch_size, n))
-    yield make_batch(arrays, indices, spec, num_rows=batch_size)
+  start, stop = rows or (0, batch_size)
+  for first in range(0, n, batch_size):
+    indices = np.arange(first, min(first + batch_size, n))
+    yield make_batch(arrays, indices[start:stop], spec, num_rows=stop - start)
