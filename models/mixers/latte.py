@@ -41,7 +41,7 @@ def rope_frequencies(num_pairs: int, base: float = 10000.0) -> jax.Array:
 
 
 def rotate_pairs(x: jax.Array, angles: jax.Array) -> jax.Array:
-  """Rotates channel pairs (i, i + Dh/2) of x[..., Dh] by angles[..., Dh/2] (broadcast)."""
+  """Rotates channel pairs (i, i + Dh/2) of x[..., Dh] by angles[..., Dh/2] of the same rank."""
   first, second = jnp.split(x, 2, axis=-1)
   cos, sin = jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
   return jnp.concatenate([first * cos - second * sin, first * sin + second * cos], axis=-1)
@@ -66,7 +66,7 @@ def vapor_latte_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
   """
   # Angles in float32 even under bf16: t * theta reaches 1e4 rad on long tasks.
   positions = jnp.arange(v.shape[1], dtype=jnp.float32)
-  angles = positions[:, None, None] * theta.astype(jnp.float32)[None]   # [T,H,Dv/2]
+  angles = (positions[:, None, None] * theta.astype(jnp.float32)[None])[None]  # [1,T,H,Dv/2]
   y = latte_attention(q, k, rotate_pairs(v, -angles), mask)
   return rotate_pairs(y, angles)
 

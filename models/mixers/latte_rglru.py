@@ -52,7 +52,7 @@ def rg_lru(x: jax.Array, recurrence_logits: jax.Array, input_logits: jax.Array,
   Returns:
     [B,T,D]; zero at pads before the first real token of the scan direction.
   """
-  log_a = -RGLRU_C * jax.nn.sigmoid(recurrence_logits) * jax.nn.softplus(-decay_logits)
+  log_a = -RGLRU_C * jax.nn.sigmoid(recurrence_logits) * jax.nn.softplus(-decay_logits)[None, None]
   # The floor bounds sqrt's gradient where a_t -> 1 (Griffin clips that gradient too).
   scale = jnp.sqrt(jnp.maximum(-jnp.expm1(2.0 * log_a), 1e-6))
   return linear_recurrence(jnp.exp(log_a), scale * jax.nn.sigmoid(input_logits) * x, mask,

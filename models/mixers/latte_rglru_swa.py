@@ -47,7 +47,7 @@ class LatteRGLRUSWAMixer(nn.Module):
         raise ValueError(f"latte_rglru_swa: rope=True needs an even dim/num_heads, got "
                          f"{head_dim}. Set --config.mixers.latte_rglru_swa.rope=False.")
       angles = (jnp.arange(x.shape[1], dtype=jnp.float32)[:, None, None]
-                * rope_frequencies(head_dim // 2)[None, None])            # [T,1,Dh/2]
+                * rope_frequencies(head_dim // 2)[None, None])[None]      # [1,T,1,Dh/2]
       q, k = rotate_pairs(q, angles), rotate_pairs(k, angles)
     y = LatentFeatures(self.conv_size, self.recurrence, self.combine, name="latent_features")(
         x, mask)
