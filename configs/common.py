@@ -14,9 +14,15 @@ def mixer_configs() -> ml_collections.ConfigDict:
   """One block per mixer in models.mixers.MIXERS (the tests fail if one is missing)."""
   return ml_collections.ConfigDict({
       "softmax": {},
-      "latte": {"num_latents": 40},
+      # vapor: value-acting positional rotations (Latte paper, ICLR version).
+      "latte": {"num_latents": 40, "vapor": False},
       # Local window of w=128 (|t-s| <= 64) plus the same 40 latents as Latte.
       "latte_macchiato": {"num_latents": 40, "window": 128},
+      # Latent probabilities from y = BiRGLRU(Conv_K(x)); recurrence=False gives Latte-Conv.
+      "latte_rglru": {"num_latents": 40, "conv_size": 3, "recurrence": True, "combine": "concat"},
+      # The above plus Macchiato's local window; rope=True in the window for token (text) tasks.
+      "latte_rglru_swa": {"num_latents": 40, "window": 128, "rope": False, "conv_size": 3,
+                          "recurrence": True, "combine": "concat"},
       "linear": {},
       # FAVOR+ with 256 orthogonal features per head; kernel="relu" is what the LRA code ran.
       "performer": {"num_features": 256, "kernel": "softmax", "redraw": False, "seed": 0},
@@ -32,6 +38,18 @@ def use_lra_mixer_settings(config: ml_collections.ConfigDict) -> None:
   config.mixers.linformer.proj_len = 16
   config.mixers.linformer.share_kv = True
   config.mixers.linformer.share_heads = True
+
+
+def use_latte_family_settings(config: ml_collections.ConfigDict, *, text: bool,
+                              window: int = 128) -> None:
+  """Per-task settings of Latte-RGLRU(-SWA) from the Latte paper's ICLR version: the task's Latte
+  latent count, a window of 128 with RoPE inside it for token tasks (ListOps, Text, Retrieval),
+  and the encoder's absolute positions only for pixel tasks. Call after the preset's Latte
+  settings."""
+  for name in ("latte_rglru", "latte_rglru_swa"):
+    config.mixers[name].num_latents = config.mixers.latte.num_latents
+  config.mixers.latte_rglru_swa.window = window
+  config.mixers.latte_rglru_swa.rope = text
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -57,6 +75,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.pooling = "mean"
   c.model.dtype = "float32"       # compute dtype: float32 | bfloat16 (params and loss stay fp32)
   c.model.remat = False           # recompute block activations in backward (memory for compute)
+  c.model.block = "prenorm"       # prenorm | plusplus (Latte paper's "++" block: gated, RMSNorm)
 
   c.mixers = mixer_configs()
 

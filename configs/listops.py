@@ -79,5 +79,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.eval.every_steps = 3 if small else 500
     c.eval.batch_size = 32 if small else 250
     c.checkpoint.every_steps = 3 if small else 1000
+  # Demo sequences are 8-80 tokens long: Macchiato's demo window, not the paper's 128.
+  common.use_latte_family_settings(
+      c, text=True, window=c.mixers.latte_macchiato.window if preset in ("smoke", "demo") else 128)
   c.lock()
   return c

@@ -69,5 +69,6 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.eval.batch_size = 2
     c.eval.every_steps = 2
     c.checkpoint.every_steps = 2
+  common.use_latte_family_settings(c, text=False)
   c.lock()
   return c

@@ -46,7 +46,7 @@ def build_model(config: ml_collections.ConfigDict, spec: TaskSpec) -> nn.Module:
                     dropout_rate=m.dropout, mixer=m.mixer,
                     mixer_config=config.mixers[m.mixer].to_dict(), embedding=m.embedding,
                     pos_encoding=m.pos_encoding, pooling=m.pooling, dtype=m.dtype,
-                    remat=m.remat)
+                    remat=m.remat, block=m.block)
   return Classifier(encoder=encoder, num_classes=spec.num_classes, dual=spec.dual)
 
 

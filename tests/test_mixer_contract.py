@@ -11,13 +11,20 @@ D, HEADS, T = 16, 2, 24
 EXTRA_PADS = 8  # appended in the padding test; max_len covers it, as a task's seq_len would
 
 
+# Options that change a mixer's maths get the contract too: test id -> (mixer, overrides).
+VARIANTS = {"latte+vapor": ("latte", {"vapor": True}),
+            "latte_rglru+conv_only": ("latte_rglru", {"recurrence": False}),
+            "latte_rglru_swa+rope": ("latte_rglru_swa", {"rope": True, "combine": "sum"})}
+
+
 def _build(name):
+  name, overrides = VARIANTS.get(name, (name, {}))
   cfg = mixer_configs()
   assert name in cfg, f"mixer '{name}' has no block in configs.common.mixer_configs()"
   small = {k: (min(v, 8) if isinstance(v, int) and not isinstance(v, bool) and k not in
                ("window", "seed") else v) for k, v in cfg[name].to_dict().items()}
   return MIXERS[name](dim=D, num_heads=HEADS, dropout_rate=0.0, max_len=T + EXTRA_PADS,
-                      **small)
+                      **{**small, **overrides})
 
 
 _JITTED = {}
@@ -30,7 +37,7 @@ def _apply(module, params, x, mask):
   return np.asarray(_JITTED[id(module)](params, x, mask))
 
 
-@pytest.fixture(scope="module", params=sorted(MIXERS))
+@pytest.fixture(scope="module", params=sorted(MIXERS) + sorted(VARIANTS))
 def mixer(request):
   module = _build(request.param)
   x = jax.random.normal(jax.random.PRNGKey(0), (2, T, D))

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import flax.linen as nn
 
-from models.mixers import latte, latte_macchiato, linear, linformer, luna, performer, softmax
+from models.mixers import (latte, latte_macchiato, latte_rglru, latte_rglru_swa, linear, linformer,
+                           luna, performer, softmax)
 
 MIXERS: dict[str, type[nn.Module]] = {
     "softmax": softmax.SoftmaxMixer,
     "latte": latte.LatteMixer,
     "latte_macchiato": latte_macchiato.LatteMacchiatoMixer,
+    "latte_rglru": latte_rglru.LatteRGLRUMixer,
+    "latte_rglru_swa": latte_rglru_swa.LatteRGLRUSWAMixer,
     "linear": linear.LinearMixer,
     "performer": performer.PerformerMixer,
     "linformer": linformer.LinformerMixer,

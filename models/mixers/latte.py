@@ -2,6 +2,8 @@
 
 Each token picks latents with p(l|t) = softmax_l(q_t); each latent summarises the sequence with
 p(s|l) = softmax_s(k_s) over real positions s. Output x_t = sum_l p(l|t) sum_s p(s|l) v_s.
+With `vapor=True` (VAPOR, the paper's ICLR version) values are rotated by position before mixing
+and rotated back after: x_t = R^t sum_l p(l|t) sum_s p(s|l) R^{-s} v_s, still linear in T.
 """
 from __future__ import annotations
 
@@ -33,13 +35,57 @@ def latte_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -
   return jnp.einsum("bthl,bhld->bthd", jax.nn.softmax(q, axis=-1), states)
 
 
+def rope_frequencies(num_pairs: int, base: float = 10000.0) -> jax.Array:
+  """[Dh/2] RoPE angles per position, base^(-i / (Dh/2)) (Su et al.)."""
+  return base ** (-jnp.arange(num_pairs, dtype=jnp.float32) / num_pairs)
+
+
+def rotate_pairs(x: jax.Array, angles: jax.Array) -> jax.Array:
+  """Rotates channel pairs (i, i + Dh/2) of x[..., Dh] by angles[..., Dh/2] of the same rank."""
+  first, second = jnp.split(x, 2, axis=-1)
+  cos, sin = jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
+  return jnp.concatenate([first * cos - second * sin, first * sin + second * cos], axis=-1)
+
+
+def vapor_latte_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                          theta: jax.Array) -> jax.Array:
+  """Latte with value-acting positional rotations: R^t sum_l p(l|t) sum_s p(s|l) R^{-s} v_s.
+
+  R is block-diagonal with 2x2 rotations by theta on the channel pairs (i, i + Dh/2), so R^t
+  rotates by t * theta and the mixed value reaching t from s is R^{t-s} v_s: relative positions
+  act on the values while the attention weights stay Latte's.
+
+  Args:
+    q, k: [B,T,H,L] latent logits, as in `latte_attention`.
+    v: [B,T,H,Dv] values, Dv even.
+    mask: [B,T] bool, True on real tokens. Positions t are absolute indices 0..T-1, so trailing
+      pads change no real position (and R^{-s} v_s at a pad gets zero weight anyway).
+    theta: [H,Dv/2] rotation angle per channel pair.
+  Returns:
+    [B,T,H,Dv].
+  """
+  # Angles in float32 even under bf16: t * theta reaches 1e4 rad on long tasks.
+  positions = jnp.arange(v.shape[1], dtype=jnp.float32)
+  angles = (positions[:, None, None] * theta.astype(jnp.float32)[None])[None]  # [1,T,H,Dv/2]
+  y = latte_attention(q, k, rotate_pairs(v, -angles), mask)
+  return rotate_pairs(y, angles)
+
+
 class LatteMixer(nn.Module):
-  """Bidirectional Latte: latent attention, O(T L) time and memory (L latents split over heads)."""
+  """Bidirectional Latte: latent attention, O(T L) time and memory (L latents split over heads).
+
+  Attributes:
+    num_latents: L, split evenly over the heads.
+    vapor: rotate values by position (VAPOR). Our choices where the paper is open: one learnable
+      angle per head and channel pair, initialised to RoPE's frequencies (base 10^4), pairs
+      (i, i + Dh/2); Dh must be even.
+  """
   dim: int
   num_heads: int
   dropout_rate: float
   max_len: int
   num_latents: int = 40
+  vapor: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
@@ -52,6 +98,15 @@ class LatteMixer(nn.Module):
     # One fused projection (one matmul, one read of x) split per head into q, k, v.
     qkv = nn.DenseGeneral((self.num_heads, 2 * per_head + head_dim), name="qkv")(x)
     q, k, v = jnp.split(qkv, [per_head, 2 * per_head], axis=-1)
-    y = latte_attention(q, k, v, mask)
+    if self.vapor:
+      if head_dim % 2:
+        raise ValueError(f"latte: vapor=True rotates channel pairs, so dim/num_heads must be even;"
+                         f" got {head_dim}. Set --config.model.dim to a multiple of "
+                         f"2*num_heads or --config.mixers.latte.vapor=False.")
+      theta = self.param("vapor_theta", lambda _, shape: jnp.broadcast_to(
+          rope_frequencies(shape[1]), shape), (self.num_heads, head_dim // 2))
+      y = vapor_latte_attention(q, k, v, mask, theta)
+    else:
+      y = latte_attention(q, k, v, mask)
     y = nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(y)
     return y, carry

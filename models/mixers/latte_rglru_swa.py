@@ -1,0 +1,57 @@
+"""Latte-RGLRU-SWA (Dolga et al., ICLR version), bidirectional: Latte Macchiato's local window
+state plus Latte states whose probabilities read y = RG-LRU(Conv(x)). Linear in T.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from models.mixers.latte import rope_frequencies, rotate_pairs
+from models.mixers.latte_macchiato import latte_macchiato_attention
+from models.mixers.latte_rglru import LatentFeatures
+
+
+class LatteRGLRUSWAMixer(nn.Module):
+  """Latte-RGLRU-SWA: local window softmax + RG-LRU-conditioned Latte states, O(T (w + L)).
+
+  p(s|t) = p(0|t) p_local(s|t) + sum_l p(l|t) p(s|l), as in latte_macchiato, with p(l|t) over
+  the L+1 states and p(s|l) computed from y = LatentFeatures(x) (see latte_rglru). Choices where
+  the paper is open (switchable): the window's queries, keys and the shared values come from x;
+  `rope=True` rotates the window's queries and keys by position (RoPE, fixed frequencies), which
+  the paper uses for the text tasks, while image tasks rely on the encoder's absolute positions.
+  """
+  dim: int
+  num_heads: int
+  dropout_rate: float
+  max_len: int
+  num_latents: int = 40
+  window: int = 128
+  rope: bool = False
+  conv_size: int = 3
+  recurrence: bool = True
+  combine: str = "concat"
+
+  @nn.compact
+  def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
+    """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
+    if self.num_latents % self.num_heads:
+      raise ValueError(f"latte_rglru_swa: num_latents={self.num_latents} must be a multiple of "
+                       f"num_heads={self.num_heads} (latents are split across heads).")
+    per_head = self.num_latents // self.num_heads
+    head_dim = self.dim // self.num_heads
+    q, k, v = jnp.split(nn.DenseGeneral((3, self.num_heads, head_dim), name="qkv")(x), 3, axis=2)
+    q, k, v = (t.squeeze(2) for t in (q, k, v))
+    if self.rope:
+      if head_dim % 2:
+        raise ValueError(f"latte_rglru_swa: rope=True needs an even dim/num_heads, got "
+                         f"{head_dim}. Set --config.mixers.latte_rglru_swa.rope=False.")
+      angles = (jnp.arange(x.shape[1], dtype=jnp.float32)[:, None, None]
+                * rope_frequencies(head_dim // 2)[None, None])[None]      # [1,T,1,Dh/2]
+      q, k = rotate_pairs(q, angles), rotate_pairs(k, angles)
+    y = LatentFeatures(self.conv_size, self.recurrence, self.combine, name="latent_features")(
+        x, mask)
+    state_logits = nn.DenseGeneral((self.num_heads, per_head + 1), name="state_logits")(y)
+    latent_k = nn.DenseGeneral((self.num_heads, per_head), name="key_latents")(y)
+    out = latte_macchiato_attention(q, k, v, state_logits, latent_k, mask, self.window)
+    return nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(out), carry
