@@ -1,7 +1,7 @@
 """Drawing a scene (antialiased paddles and disk markers, max-composited) and 8-bit PNG encoding.
 
-Shapes are drawn on the supersampled grid with a one-cell soft edge, composited by max, then
-box-downsampled to the output resolution.
+Shapes are drawn on the supersampled grid with a one-cell soft edge (dashes as flat-ended bars,
+markers as disks), composited by max, then box-downsampled to the output resolution.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import zlib
 
 import numpy as np
 
-from tasks.pathfinder_gen.geometry import Scene, Tables, segment_distance, paddle_ends, tables
+from tasks.pathfinder_gen.geometry import Scene, Tables, paddle_ends, tables
 from tasks.pathfinder_gen.params import Params
 
 
@@ -44,10 +44,18 @@ def render(p: Params, scene: Scene) -> np.ndarray:
   size = int(math.ceil(p.paddle_length * s + 2 * half + 2)) + 2
   top = np.floor(np.minimum(start[:, 0], end[:, 0]) - half - 1).astype(np.int64)
   left = np.floor(np.minimum(start[:, 1], end[:, 1]) - half - 1).astype(np.int64)
-  a = start[:, None, :]
-  b = end[:, None, :]
-  _stamp(canvas, t.width, top, left, size, lambda py, px: contrast * np.clip(
-      half + 0.5 - segment_distance(py, px, a[..., 0], a[..., 1], b[..., 0], b[..., 1]), 0, 1))
+  a, b = start[:, None, :], end[:, None, :]
+  length = p.paddle_length * s
+
+  def dash(py, px):  # flat-ended bar: soft edge across and along, so the gaps stay visible
+    along = ((py - a[..., 0]) * (b[..., 0] - a[..., 0]) + (px - a[..., 1]) * (b[..., 1] - a[..., 1])
+             ) / length
+    across = np.abs((py - a[..., 0]) * (b[..., 1] - a[..., 1])
+                    - (px - a[..., 1]) * (b[..., 0] - a[..., 0])) / length
+    return (contrast * np.clip(half + 0.5 - across, 0, 1)
+            * np.clip(np.minimum(along, length - along) + 0.5, 0, 1))
+
+  _stamp(canvas, t.width, top, left, size, dash)
 
   radius = p.marker_radius * s
   size = int(math.ceil(2 * radius + 2)) + 2
