@@ -16,8 +16,7 @@ import math
 import numpy as np
 
 from tasks.pathfinder_gen.params import (DISTRACTOR_TRIES, LAZY_DRAWS, REWIND_DEPTH,
-                                          REWINDS_PER_PADDLE, SEED_CHUNK, SEED_TRIES,
-                                          TARGET_TRIES, Params)
+                                          REWINDS_PER_PADDLE, SEED_CHUNKS, TARGET_TRIES, Params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,24 +193,24 @@ class _Grower:
 
     Its start lies uniformly in [lo, hi)^2 (grid cells), or seed_distance from `around`.
     """
-    t, rng, n = self.t, self.rng, SEED_CHUNK
+    t, p = self.t, self.p
     grid = self.claims[slot]
-    for _ in range(SEED_TRIES // SEED_CHUNK):  # usually the first chunk has a free one
-      angle = rng.integers(0, len(t.unit), size=n)
+    for n in SEED_CHUNKS:  # usually the small first chunk has a free one
+      u = self.rng.random((n, 3))
+      angle = (u[:, 0] * len(t.unit)).astype(np.int64)
       if around is None:
-        start = rng.integers(lo, hi, size=(n, 2)).astype(np.float64)
+        start = lo + u[:, 1:] * (hi - lo)
       else:
-        phi = rng.random(n) * 2 * math.pi
-        start = around + self.p.seed_distance * t.scale * np.stack([np.sin(phi), np.cos(phi)], 1)
-      c_yx = np.rint(start - self.p.margin * t.scale * t.unit[angle]).astype(np.int64)
-      inside = np.all((c_yx >= t.pad) & (c_yx < t.width - t.pad), axis=1)
-      c_yx[~inside] = t.pad
+        phi = 2 * math.pi * u[:, 1]
+        start = around + p.seed_distance * t.scale * np.stack([np.sin(phi), np.cos(phi)], 1)
+      # Outside starts land on the claimed border, so they are rejected below.
+      c_yx = np.clip(np.rint(start - p.margin * t.scale * t.unit[angle]), t.pad,
+                     t.width - t.pad - 1).astype(np.int64)
       centre = c_yx[:, 0] * t.width + c_yx[:, 1]
-      busy = grid[(centre - t.shift)[:, None] + t.stencil[angle]].any(axis=1) | ~inside
-      if not busy.all():
-        i = int(np.argmin(busy))
-        return (int(centre[i]), int(angle[i]),
-                c_yx[i] + self.p.margin * t.scale * t.unit[angle[i]])
+      busy = grid[(centre - t.shift)[:, None] + t.stencil[angle]].any(axis=1)
+      i = int(np.argmin(busy))
+      if not busy[i]:
+        return int(centre[i]), int(angle[i]), c_yx[i] + p.margin * t.scale * t.unit[angle[i]]
     return None
 
   def extend(self, slot: int, centre: int, angle: int):

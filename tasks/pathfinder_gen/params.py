@@ -33,15 +33,14 @@ RESOLUTIONS = tuple(sorted(_TABLE))
 # Retry limits. Targets at a dead end rewind REWIND_DEPTH paddles (both snakes) and regrow, up to
 # REWINDS_PER_PADDLE * contour_length times, before starting again from new seeds (at most
 # TARGET_TRIES seed pairs). A distractor at a dead end is restarted, DISTRACTOR_TRIES times at most,
-# then dropped (as in the original). SEED_TRIES random first paddles are drawn at once and tested
-# SEED_CHUNK at a time; an extension tests up to LAZY_DRAWS weighted draws one by one before
-# testing every candidate at once.
+# then dropped (as in the original). A first paddle is searched among 8 random ones, then 56 more
+# (SEED_CHUNKS); an extension tests up to LAZY_DRAWS weighted draws one by one before testing
+# every candidate at once.
 TARGET_TRIES = 200
 REWIND_DEPTH = 3
 REWINDS_PER_PADDLE = 3
 DISTRACTOR_TRIES = 5
-SEED_TRIES = 64
-SEED_CHUNK = 8
+SEED_CHUNKS = (8, 56)
 LAZY_DRAWS = 4
 
 
