@@ -1,6 +1,7 @@
 """Task registry: `TASKS[name]` is the `Task` of tasks/<name>.py (six LRA tasks + extras)."""
 from __future__ import annotations
 
+from tasks import listops
 from tasks.spec import Task, TaskSpec, TaskNotBuiltError
 
 
@@ -10,7 +11,7 @@ def _not_built(name: str, description: str) -> Task:
 
 
 TASKS: dict[str, Task] = {
-    "listops": _not_built("listops", "ListOps: nested MIN/MAX/MED/SM expressions, 10 classes"),
+    "listops": listops.TASK,
     "text": _not_built("text", "Byte-level IMDb sentiment, 2 classes, length 4000"),
     "retrieval": _not_built("retrieval", "AAN document-pair citation match, 2 x 4000 bytes"),
     "image": _not_built("image", "Grayscale CIFAR-10 as 1024 pixel tokens, 10 classes"),

@@ -51,8 +51,8 @@ class Task:
     prepare: `prepare(source: Path, out_dir: Path, **options) -> dict` turns a raw source into a
       cache (see tasks.cache) and returns its meta; None while the task is not built.
     decode: `decode(tokens[T]) -> str`, the symbols a model sees, for `lra data inspect`.
-    generate_small: `generate_small(raw_dir: Path, seed: int, **params)` writes a small raw source
-      for the smoke/demo presets, for tasks whose data the suite can generate.
+    generate_small: `generate_small(raw_dir: Path, **config.data.generator)` writes a small raw
+      source (seed included in the params) for the smoke/demo presets, where the suite can.
   """
   name: str
   description: str

@@ -1,0 +1,137 @@
+"""The `lra` command: a thin layer of flags over lra.run, lra.data_commands and friends."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+DEMO = ("listops", "latte", "demo")
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+  p.add_argument("--preset", default="paper", help="paper (default), lra, smoke or demo")
+  p.add_argument("--data-dir", type=Path, help="prepared data root (default $LRA_DATA_DIR or "
+                 "~/.cache/lra)")
+  p.add_argument("--run-dir", type=Path, help="default results/runs/TASK/MIXER/PRESET_seedN")
+  p.add_argument("--results-dir", type=Path, default=Path("results"))
+  p.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+      prog="lra", description="Long Range Arena suite. With no command: a CPU demo "
+      "(generated ListOps, bidirectional Latte, a few minutes).",
+      epilog="Config overrides: --config.KEY=VALUE, e.g. --config.train.num_steps=100")
+  _add_run_args(parser)  # for the bare `lra` demo
+  sub = parser.add_subparsers(dest="command")
+
+  run = sub.add_parser("run", help="train and evaluate one task with one mixer")
+  run.add_argument("task")
+  run.add_argument("mixer")
+  _add_run_args(run)
+
+  sub.add_parser("list", help="tasks, mixers and presets")
+
+  data = sub.add_parser("data", help="generate, prepare and inspect data")
+  data_sub = data.add_subparsers(dest="data_command", required=True)
+  gen = data_sub.add_parser("generate", help="write LRA-format files (no download)")
+  gen_sub = gen.add_subparsers(dest="generator", required=True)
+  listops = gen_sub.add_parser("listops", help="basic_{train,val,test}.tsv like the release")
+  listops.add_argument("--out", type=Path, required=True)
+  listops.add_argument("--num-train", type=int, default=96_000)
+  listops.add_argument("--num-val", type=int, default=2_000)
+  listops.add_argument("--num-test", type=int, default=2_000)
+  listops.add_argument("--min-length", type=int, default=500)
+  listops.add_argument("--max-length", type=int, default=2000)
+  listops.add_argument("--max-depth", type=int, default=10)
+  listops.add_argument("--max-args", type=int, default=10)
+  listops.add_argument("--seed", type=int, default=0)
+
+  prep = data_sub.add_parser("prepare", help="raw release / archive -> cache")
+  prep.add_argument("task")
+  prep.add_argument("--source", type=Path, required=True)
+  prep.add_argument("--data-dir", type=Path)
+  prep.add_argument("--cache-name", help="folder under --data-dir (default: the task name)")
+  prep.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="task-specific prepare option (repeatable)")
+
+  insp = data_sub.add_parser("inspect", help="what the model sees, decoded")
+  insp.add_argument("task")
+  insp.add_argument("--split", default="train")
+  which = insp.add_mutually_exclusive_group()
+  which.add_argument("--index", type=int)
+  which.add_argument("--all", action="store_true")
+  insp.add_argument("--json", action="store_true", help="one JSON object per line")
+  insp.add_argument("--data-dir", type=Path)
+  insp.add_argument("--preset", default="paper", help="whose cache to read (demo/smoke: "
+                    "their generated data)")
+  insp.add_argument("--cache-name")
+  return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  overrides = [a[len("--config."):] for a in argv if a.startswith("--config.")]
+  argv = [a for a in argv if not a.startswith("--config.")]
+  args = build_parser().parse_args(argv)
+  try:
+    return _dispatch(args, overrides)
+  except (KeyError, ValueError, FileNotFoundError, FileExistsError, NotImplementedError) as e:
+    message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+    print(f"lra: error: {message}", file=sys.stderr)
+    return 2
+  except KeyboardInterrupt:
+    print("\nlra: interrupted", file=sys.stderr)
+    return 130
+
+
+def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
+  from lra import data_commands, run  # deferred: `lra --help` should not wait for JAX
+  if args.command is None:
+    return run_demo(args, overrides)
+  if args.command == "run":
+    result = run.run(args.task, args.mixer, preset=args.preset, overrides=overrides,
+                     data_dir=args.data_dir, run_dir=args.run_dir,
+                     results_dir=args.results_dir, progress=not args.quiet)
+    print_result(result)
+    return 0 if result["status"] == "complete" else 1
+  if args.command == "list":
+    data_commands.print_list()
+    return 0
+  if args.command == "data":
+    return data_commands.dispatch(args)
+  raise AssertionError(args.command)
+
+
+def print_result(result: dict) -> None:
+  def pct(x):
+    return "n/a" if x is None else f"{100 * x:.2f}%"
+  print(f"{result['task']} x {result['mixer']} ({result['preset']}): {result['status']} at step "
+        f"{result['step']}\n"
+        f"  test accuracy {pct(result['test_accuracy'])} (at best val step {result['best_step']},"
+        f" val {pct(result['val_accuracy'])}); last step {pct(result['test_accuracy_last'])}\n"
+        f"  majority class {pct(result['majority_accuracy'])}, chance "
+        f"{pct(result['chance_accuracy'])}\n"
+        f"  {result['num_params']:,} parameters, {result['steps_per_s']:.1f} steps/s, "
+        f"{result['wall_time_s']:.0f}s on {result['device']}")
+
+
+def run_demo(args: argparse.Namespace, overrides: list[str]) -> int:
+  from lra import run
+  task, mixer, _ = DEMO
+  preset = args.preset if args.preset != "paper" else "demo"
+  print("lra demo: bidirectional Latte on generated ListOps, on this machine's CPU/GPU.\n"
+        "The demo data is easier than LRA's ListOps (expressions of depth <= 4, 8-80 tokens, "
+        "instead of depth 10, length 500-2000) so that a small model learns it in minutes; the "
+        "full task: `lra run listops latte`.", file=sys.stderr)
+  result = run.run(task, mixer, preset=preset, overrides=overrides, data_dir=args.data_dir,
+                   run_dir=args.run_dir, results_dir=args.results_dir, progress=not args.quiet)
+  print_result(result)
+  gain = 100 * (result["test_accuracy"] - result["majority_accuracy"])
+  print(f"  {gain:+.1f} points over the majority class")
+  return 0 if result["status"] == "complete" else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())

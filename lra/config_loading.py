@@ -1,0 +1,72 @@
+"""Task configs by name and `--config.a.b=value` overrides on their locked ConfigDicts."""
+from __future__ import annotations
+
+import ast
+import importlib
+from typing import Sequence
+
+import ml_collections
+
+from tasks import TASKS
+
+
+def load_config(task: str, preset: str = "paper") -> ml_collections.ConfigDict:
+  """`configs/<task>.py:get_config(preset)`, or an error naming what exists."""
+  if task not in TASKS:
+    raise KeyError(f"Unknown task '{task}'. Valid tasks: {', '.join(sorted(TASKS))}")
+  try:
+    module = importlib.import_module(f"configs.{task}")
+  except ModuleNotFoundError as e:
+    if e.name != f"configs.{task}":
+      raise
+    raise NotImplementedError(f"Task '{task}' has no config yet (configs/{task}.py); it is not "
+                              "built in this version of the suite. See `lra list`.") from None
+  return module.get_config(preset)
+
+
+def _parse_value(text: str, current):
+  if isinstance(current, bool):
+    if text.lower() in ("true", "1", "yes"):
+      return True
+    if text.lower() in ("false", "0", "no"):
+      return False
+    raise ValueError(f"expected true/false, got {text!r}")
+  if isinstance(current, int):
+    return int(float(text)) if float(text).is_integer() else int(text)
+  if isinstance(current, float):
+    return float(text)
+  if isinstance(current, str):
+    return text
+  return ast.literal_eval(text)
+
+
+def apply_overrides(config: ml_collections.ConfigDict,
+                    overrides: Sequence[str]) -> ml_collections.ConfigDict:
+  """Applies `a.b=value` strings (the `--config.` prefix already removed).
+
+  Raises:
+    KeyError for a key the config does not have (configs are locked: no silent typos),
+    ValueError for a value of the wrong type.
+  """
+  for item in overrides:
+    key, sep, text = item.partition("=")
+    if not sep:
+      raise ValueError(f"--config.{item}: expected --config.KEY=VALUE")
+    node, parts = config, key.split(".")
+    for i, part in enumerate(parts):
+      if part not in node:
+        valid = ", ".join(sorted(node.keys()))
+        raise KeyError(f"--config.{key}: '{'.'.join(parts[:i + 1])}' is not a config key. "
+                       f"Valid keys here: {valid}")
+      if i < len(parts) - 1:
+        node = node[part]
+    current = node[parts[-1]]
+    if isinstance(current, ml_collections.ConfigDict):
+      raise KeyError(f"--config.{key} is a block; set one of its keys: "
+                     f"{', '.join(sorted(current.keys()))}")
+    try:
+      value = _parse_value(text, current)
+    except (ValueError, SyntaxError) as e:
+      raise ValueError(f"--config.{key}={text}: {e} (current value {current!r})") from None
+    node[parts[-1]] = value
+  return config

@@ -1,0 +1,118 @@
+"""`lra list` and `lra data generate|prepare|inspect`."""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from configs.common import PRESETS
+from lra.run import default_data_dir
+from models.mixers import MIXERS, describe
+from tasks import TASKS, get_task
+from tasks.cache import PreparedData
+
+
+def print_list() -> None:
+  print("Tasks:")
+  for name, task in TASKS.items():
+    print(f"  {name:<16} {task.description}")
+  print("Mixers:")
+  for name in MIXERS:
+    print(f"  {name:<16} {describe(name)}")
+  print(f"Presets: {', '.join(PRESETS)}  (lra run TASK MIXER --preset P)")
+
+
+def _parse_options(items: list[str]) -> dict:
+  options = {}
+  for item in items:
+    key, sep, text = item.partition("=")
+    if not sep:
+      raise ValueError(f"--option {item}: expected KEY=VALUE")
+    try:
+      options[key] = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+      options[key] = text
+  return options
+
+
+def _cache_dir(args: argparse.Namespace) -> Path:
+  data_dir = args.data_dir or default_data_dir()
+  name = args.cache_name
+  if name is None and getattr(args, "preset", None):
+    from lra.config_loading import load_config
+    name = load_config(args.task, args.preset).data.cache_name
+  return data_dir / (name or args.task)
+
+
+def dispatch(args: argparse.Namespace) -> int:
+  if args.data_command == "generate":
+    return generate(args)
+  if args.data_command == "prepare":
+    task = get_task(args.task)
+    out = _cache_dir(args)
+    meta = task.prepare_cache(args.source, out, **_parse_options(args.option))
+    print(f"{args.task}: cached at {out}: " +
+          ", ".join(f"{k} {v}" for k, v in meta["splits"].items()) +
+          f"; seq_len {meta['seq_len']}, vocab {meta['vocab_size']}")
+    return 0
+  if args.data_command == "inspect":
+    return inspect(args)
+  raise AssertionError(args.data_command)
+
+
+def generate(args: argparse.Namespace) -> int:
+  if args.generator == "listops":
+    from tasks import listops_generator
+    out = listops_generator.write_release(
+        args.out, num_train=args.num_train, num_val=args.num_val, num_test=args.num_test,
+        min_length=args.min_length, max_length=args.max_length, max_depth=args.max_depth,
+        max_args=args.max_args, seed=args.seed, progress=True)
+    print(f"listops: wrote {out}/basic_{{train,val,test}}.tsv\n"
+          f"next: lra data prepare listops --source {out}")
+    return 0
+  raise AssertionError(args.generator)
+
+
+def _example(data: PreparedData, arrays: dict, index: int, decode) -> dict:
+  record = {"index": index, "label": int(arrays["label"][index])}
+  for key in data.input_keys:
+    suffix = key[len("inputs"):]
+    tokens = np.asarray(arrays[key][index])
+    length = (len(tokens) if data.spec.pad_id is None
+              else int(np.count_nonzero(tokens != data.spec.pad_id)))
+    record[f"tokens{suffix}"] = tokens[:length].tolist()
+    record[f"length{suffix}"] = length
+    if decode is not None:
+      record[f"text{suffix}"] = decode(tokens)
+  return record
+
+
+def inspect(args: argparse.Namespace) -> int:
+  task = get_task(args.task)
+  data = PreparedData(_cache_dir(args), hint=task.data_hint)
+  if args.index is None and not args.all:
+    summary = {"task": args.task, "cache": str(data.cache_dir), "splits": data.meta["splits"],
+               "vocab_size": data.spec.vocab_size, "seq_len": data.spec.seq_len,
+               "num_classes": data.spec.num_classes, "dual": data.spec.dual,
+               "tokenizer": data.meta.get("tokenizer")}
+    print(json.dumps(summary, indent=None if args.json else 2))
+    return 0
+  arrays = data.split(args.split)
+  n = len(arrays["label"])
+  indices = range(n) if args.all else [args.index]
+  for index in indices:
+    if not 0 <= index < n:
+      raise ValueError(f"--index {index} is out of range: split '{args.split}' has {n} examples")
+    record = _example(data, arrays, index, task.decode)
+    if args.json:
+      print(json.dumps(record))
+    else:
+      print(f"[{args.split} {index}] label {record['label']}")
+      for key, value in record.items():
+        if key.startswith("text") or key.startswith("length"):
+          print(f"  {key}: {value}")
+  return 0

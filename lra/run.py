@@ -1,0 +1,73 @@
+"""`lra run TASK MIXER`: resolve the config, make sure the data exists, pick the run dir, train."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import ml_collections
+
+from lra import train
+from lra.config_loading import apply_overrides, load_config
+from models.mixers import get_mixer
+from tasks import get_task
+from tasks.cache import DataMissingError, PreparedData
+
+
+def default_data_dir() -> Path:
+  return Path(os.environ.get("LRA_DATA_DIR", "~/.cache/lra")).expanduser()
+
+
+def resolve_config(task: str, mixer: str, preset: str,
+                   overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
+  get_mixer(mixer)  # fail early, listing the valid mixers
+  config = load_config(task, preset)
+  config.model.mixer = mixer
+  return apply_overrides(config, overrides)
+
+
+def load_data(config: ml_collections.ConfigDict, data_dir: Path,
+              log=lambda msg: print(msg, file=sys.stderr)) -> PreparedData:
+  """The prepared cache for this config; small presets generate theirs when it is missing."""
+  task = get_task(config.task)
+  task.require_built()
+  cache_dir = Path(data_dir) / (config.data.cache_name or config.task)
+  try:
+    return PreparedData(cache_dir, hint=task.data_hint)
+  except DataMissingError:
+    if not (config.data.generate and task.generate_small):
+      raise
+  raw_dir = cache_dir.with_name(cache_dir.name + "_raw")
+  log(f"{config.task}: generating {config.preset} data in {raw_dir} (seeded, no download)")
+  task.generate_small(raw_dir, **config.data.generator.to_dict())
+  task.prepare_cache(raw_dir, cache_dir)
+  return PreparedData(cache_dir, hint=task.data_hint)
+
+
+def default_run_dir(config: ml_collections.ConfigDict, results_dir: Path) -> Path:
+  return (Path(results_dir) / "runs" / config.task / config.model.mixer /
+          f"{config.preset}_seed{config.train.seed}")
+
+
+def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str] = (),
+        data_dir: Path | None = None, run_dir: Path | None = None,
+        results_dir: Path = Path("results"), progress: bool = True) -> dict[str, Any]:
+  """Trains and evaluates one (task, mixer) pair; resumes an unfinished run in the same dir."""
+  config = resolve_config(task, mixer, preset, overrides)
+  data = load_data(config, data_dir or default_data_dir())
+  run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir)
+  previous = run_dir / "config.json"
+  if previous.exists() and json.loads(previous.read_text()) != json.loads(
+      json.dumps(config.to_dict())):
+    raise FileExistsError(f"{run_dir} holds a run with a different config; pass --run-dir for a "
+                          "new run, or delete that folder to start over.")
+  final_path = run_dir / "final.json"
+  if final_path.exists() and json.loads(final_path.read_text()).get("status") == "complete":
+    print(f"{run_dir} is already complete; delete it to run again.", file=sys.stderr)
+    return json.loads(final_path.read_text())
+  if progress:
+    print(f"{task} x {mixer} ({preset}): {data.spec.seq_len} tokens, "
+          f"{data.num_examples('train')} train examples -> {run_dir}", file=sys.stderr)
+  return train.train_and_evaluate(config, data, run_dir, progress=progress)

@@ -1,0 +1,93 @@
+"""Run-directory files written so that a kill never leaves half a line or half a JSON file."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any, Mapping
+
+import jax
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+  """Writes to a temporary file, fsyncs, then renames over the target."""
+  path = Path(path)
+  tmp = path.with_name(path.name + ".tmp")
+  with open(tmp, "w") as f:
+    json.dump(data, f, indent=2, sort_keys=True, default=_jsonable)
+    f.write("\n")
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def _jsonable(value: Any) -> Any:
+  if hasattr(value, "item"):
+    return value.item()
+  raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+class MetricsWriter:
+  """Appends one JSON object per log/eval point to metrics.jsonl (flat `split/metric` keys).
+
+  Each line is written with a single write call and fsynced; a reader skips a torn last line.
+  On resume, lines from steps after the checkpoint are dropped so the file matches the state.
+  """
+
+  def __init__(self, path: Path, resume_step: int | None = None):
+    self.path = Path(path)
+    if resume_step is not None and self.path.exists():
+      kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= resume_step]
+      tmp = self.path.with_name(self.path.name + ".tmp")
+      tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+      os.replace(tmp, self.path)
+    elif resume_step is None and self.path.exists():
+      self.path.unlink()
+
+  def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+    line = json.dumps({"step": int(step), **metrics}, sort_keys=True, default=_jsonable) + "\n"
+    with open(self.path, "a") as f:
+      f.write(line)
+      f.flush()
+      os.fsync(f.fileno())
+
+
+def read_metrics(path: Path) -> list[dict]:
+  rows = []
+  for line in Path(path).read_text().splitlines():
+    try:
+      rows.append(json.loads(line))
+    except json.JSONDecodeError:
+      continue  # a torn last line from a kill
+  return rows
+
+
+def git_sha(cwd: Path | None = None) -> str:
+  """The commit of the code that ran, with '-dirty' when it had uncommitted changes."""
+  cwd = cwd or Path(__file__).resolve().parent
+  try:
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    return sha + ("-dirty" if dirty else "")
+  except (OSError, subprocess.CalledProcessError):
+    return "unknown"
+
+
+def environment() -> dict[str, Any]:
+  """Where a result came from: device, host, versions."""
+  import flax
+  import optax
+  device = jax.devices()[0]
+  return {
+      "device": f"{device.platform}:{getattr(device, 'device_kind', '')}",
+      "num_devices": jax.device_count(),
+      "num_processes": jax.process_count(),
+      "host": platform.node(),
+      "python": platform.python_version(),
+      "versions": {"jax": jax.__version__, "flax": flax.__version__, "optax": optax.__version__},
+      "git_sha": git_sha(),
+  }

@@ -1,0 +1,123 @@
+"""ListOps: read the release TSVs (or generated ones), tokenise with a fixed vocabulary, cache.
+
+Vocabulary (fixed, so checkpoints mean the same thing in every process; the original LRA built it
+from a Python set, whose order changes between runs):
+  0 pad | 1-10 digits 0-9 | 11 [MIN | 12 [MAX | 13 [MED | 14 [SM | 15 ] (the closer)
+Parentheses carry no information beyond the closers and are dropped, as in LRA.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from tasks import cache, listops_generator
+from tasks.release import find_in_release
+from tasks.spec import Task
+
+SYMBOLS = ("<pad>", *map(str, range(10)), "[MIN", "[MAX", "[MED", "[SM", "]")
+TOKEN_IDS = {symbol: i for i, symbol in enumerate(SYMBOLS)}
+DROPPED = frozenset({"(", ")"})
+NUM_CLASSES = 10
+SPLIT_FILES = {"train": "basic_train.tsv", "val": "basic_val.tsv", "test": "basic_test.tsv"}
+GENERATE_COMMAND = ("lra data generate listops --out DIR && "
+                    "lra data prepare listops --source DIR")
+
+
+def tokenize(source: str) -> list[int]:
+  """Token ids of one Source string; raises KeyError on an unknown symbol."""
+  return [TOKEN_IDS[word] for word in source.split() if word not in DROPPED]
+
+
+def decode(tokens: np.ndarray) -> str:
+  return " ".join(SYMBOLS[t] for t in np.asarray(tokens).tolist() if t != 0)
+
+
+def read_tsv(path: Path) -> tuple[list[list[int]], list[int]]:
+  """Tokens and labels of one release TSV (header `Source<TAB>Target`).
+
+  Raises:
+    ValueError naming the file and line of a malformed row.
+  """
+  tokens, labels = [], []
+  with open(path, encoding="utf-8") as f:
+    header = f.readline().rstrip("\n").split("\t")
+    if header != ["Source", "Target"]:
+      raise ValueError(f"{path}:1: expected the header 'Source<TAB>Target', found {header!r}")
+    for line_number, line in enumerate(f, start=2):
+      line = line.rstrip("\n")
+      if not line:
+        continue
+      fields = line.split("\t")
+      if len(fields) != 2:
+        raise ValueError(f"{path}:{line_number}: expected 2 tab-separated fields "
+                         f"(Source, Target), found {len(fields)}")
+      source, target = fields
+      if target.strip() not in {str(d) for d in range(NUM_CLASSES)}:
+        raise ValueError(f"{path}:{line_number}: Target must be a digit 0-9, found {target!r}")
+      try:
+        tokens.append(tokenize(source))
+      except KeyError as e:
+        raise ValueError(f"{path}:{line_number}: unknown ListOps symbol {e.args[0]!r} "
+                         f"(valid: {' '.join(SYMBOLS[1:])} and parentheses)") from None
+      labels.append(int(target))
+  return tokens, labels
+
+
+def prepare(source: Path, out_dir: Path, *, seq_len: int | None = None) -> dict:
+  """Caches a release `listops-1000/` folder (either lra_release nesting) or a generated folder.
+
+  Args:
+    seq_len: padded length; default: the longest example rounded up to a multiple of 16
+      (2000 for the release, whose examples are shorter than 2000).
+  """
+  if (Path(source) / SPLIT_FILES["train"]).exists():
+    folder = Path(source)  # a generated folder, or listops-1000/ itself
+  else:
+    folder = find_in_release(source, "listops-1000", "basic_{train,val,test}.tsv",
+                             GENERATE_COMMAND)
+  paths = {split: folder / name for split, name in SPLIT_FILES.items()}
+  missing = [str(p) for p in paths.values() if not p.exists()]
+  if missing:
+    raise FileNotFoundError("Missing ListOps files:\n  " + "\n  ".join(missing) +
+                            f"\nTry: {GENERATE_COMMAND}")
+  checksums = {p.name: cache.file_checksum(p) for p in paths.values()}
+  previous = cache.read_meta(out_dir)
+  if (previous and previous.get("source", {}).get("checksums") == checksums
+      and previous.get("requested_seq_len") == seq_len):
+    print(f"listops: cache at {out_dir} is up to date", file=sys.stderr)
+    return previous
+  parsed = {split: read_tsv(path) for split, path in paths.items()}
+  longest = max(len(t) for tokens, _ in parsed.values() for t in tokens)
+  length = seq_len or int(math.ceil(longest / 16) * 16)
+  if longest > length:
+    raise ValueError(f"listops: an example has {longest} tokens, more than seq_len={length}")
+  for split, (tokens, labels) in parsed.items():
+    inputs = np.zeros((len(tokens), length), dtype=np.uint16)
+    for row, ids in enumerate(tokens):
+      inputs[row, :len(ids)] = ids
+    cache.write_array(out_dir, split, "inputs", inputs)
+    cache.write_array(out_dir, split, "label", np.asarray(labels, dtype=np.int32))
+  return cache.finalize(out_dir, {
+      "task": "listops", "vocab_size": len(SYMBOLS), "seq_len": length,
+      "num_classes": NUM_CLASSES, "dual": False, "pad_id": 0, "requested_seq_len": seq_len,
+      "splits": {split: len(labels) for split, (_, labels) in parsed.items()},
+      "source": {"path": str(Path(source).resolve()), "format": "LRA listops TSV",
+                 "checksums": checksums},
+      "tokenizer": "fixed table: " + " ".join(f"{i}={s}" for i, s in enumerate(SYMBOLS)),
+  })
+
+
+def generate_small(raw_dir: Path, **params) -> None:
+  listops_generator.write_release(raw_dir, **params)
+
+
+TASK = Task(
+    name="listops",
+    description="ListOps: nested MIN/MAX/MED/SM expressions, 10 classes, length <= 2000",
+    data_hint=("Generate it (no download needed): lra data generate listops --out DIR && "
+               "lra data prepare listops --source DIR\n"
+               "or prepare the release: lra data prepare listops --source PATH/lra_release"),
+    prepare=prepare, decode=decode, generate_small=generate_small)

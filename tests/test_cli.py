@@ -1,0 +1,63 @@
+"""The `lra` command as a user meets it: listings, data commands and actionable errors."""
+import json
+
+import pytest
+
+from lra.cli import main
+from tasks import TASKS
+
+
+def test_list_shows_all_tasks_and_mixers(capsys):
+  from models.mixers import MIXERS
+  assert main(["list"]) == 0
+  out = capsys.readouterr().out
+  for name in ("listops", "text", "retrieval", "image", "pathfinder", "pathx", *MIXERS):
+    assert name in out
+
+
+def test_unbuilt_task_and_unknown_names_say_so(tmp_path, capsys):
+  unbuilt = [name for name, task in TASKS.items() if task.prepare is None]
+  for name in unbuilt:
+    assert main(["run", name, "softmax", "--data-dir", str(tmp_path)]) == 2
+    assert "not built" in capsys.readouterr().err
+  assert main(["run", "listops", "nope"]) == 2
+  assert "Valid mixers" in capsys.readouterr().err
+  assert main(["run", "listopz", "latte"]) == 2
+  assert "Valid tasks" in capsys.readouterr().err
+
+
+def test_missing_data_gives_the_command(tmp_path, capsys):
+  assert main(["run", "listops", "latte", "--data-dir", str(tmp_path)]) == 2
+  assert "lra data generate listops" in capsys.readouterr().err
+
+
+def test_generate_prepare_inspect(tmp_path, capsys):
+  raw, data = tmp_path / "raw", tmp_path / "data"
+  assert main(["data", "generate", "listops", "--out", str(raw), "--num-train", "20",
+               "--num-val", "5", "--num-test", "5", "--min-length", "3", "--max-length", "30",
+               "--max-depth", "3", "--seed", "1"]) == 0
+  header = (raw / "basic_train.tsv").read_text().splitlines()[0]
+  assert header == "Source\tTarget"
+  assert main(["data", "prepare", "listops", "--source", str(raw), "--data-dir", str(data)]) == 0
+  capsys.readouterr()
+  assert main(["data", "inspect", "listops", "--split", "val", "--index", "1", "--json",
+               "--data-dir", str(data)]) == 0
+  record = json.loads(capsys.readouterr().out)
+  source, label = (raw / "basic_val.tsv").read_text().splitlines()[2].split("\t")
+  assert record["label"] == int(label)
+  assert record["text"] == " ".join(w for w in source.split() if w not in "()")
+  assert record["length"] == len(record["tokens"])
+  assert main(["data", "inspect", "listops", "--split", "test", "--all", "--json",
+               "--data-dir", str(data)]) == 0
+  assert len(capsys.readouterr().out.splitlines()) == 5
+  assert main(["data", "inspect", "listops", "--data-dir", str(data)]) == 0
+  summary = json.loads(capsys.readouterr().out)
+  assert summary["splits"] == {"train": 20, "val": 5, "test": 5} and summary["vocab_size"] == 16
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["run", "listops", "latte", "--preset", "smoke", "--config.train.nope=1"], "not a config key"),
+])
+def test_bad_override_is_a_clear_error(tmp_path, capsys, args, expected):
+  assert main(args + ["--data-dir", str(tmp_path)]) == 2
+  assert expected in capsys.readouterr().err

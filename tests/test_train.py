@@ -1,0 +1,91 @@
+"""A few training steps end to end: the run directory, its contents, and the eval weighting."""
+import json
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from lra import run, train
+from lra.config_loading import apply_overrides, load_config
+from lra.writers import read_metrics
+from tasks.cache import PreparedData, eval_batches
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+  root = tmp_path_factory.mktemp("run")
+  result = run.run("listops", "softmax", preset="smoke", data_dir=root / "data",
+                   run_dir=root / "run", progress=False,
+                   overrides=["train.num_steps=4", "eval.every_steps=2", "train.log_every_steps=1"])
+  return root, result
+
+
+def test_run_directory_is_complete_and_consistent(smoke_run):
+  root, result = smoke_run
+  run_dir = root / "run"
+  final = json.loads((run_dir / "final.json").read_text())
+  assert final == json.loads(json.dumps(result))
+  assert final["status"] == "complete" and final["step"] == 4
+  assert final["mixer"] == "softmax" and final["task"] == "listops"
+  for key in ("val_accuracy", "test_accuracy", "test_accuracy_last", "majority_accuracy"):
+    assert 0.0 <= final[key] <= 1.0
+  assert final["chance_accuracy"] == pytest.approx(0.1)
+  assert final["best_step"] in (2, 4)
+  assert final["device"].startswith(jax.devices()[0].platform)
+  assert final["git_sha"] and final["versions"]["jax"] == jax.__version__
+  config = json.loads((run_dir / "config.json").read_text())
+  assert config["model"]["mixer"] == "softmax" and config["train"]["num_steps"] == 4
+  rows = read_metrics(run_dir / "metrics.jsonl")
+  assert [r["step"] for r in rows if "train/loss" in r] == [1, 2, 3, 4]
+  assert [r["step"] for r in rows if "val/accuracy" in r] == [2, 4]
+  assert all(np.isfinite(r["train/loss"]) for r in rows if "train/loss" in r)
+  # The parameter count is the model's as rebuilt from config.json.
+  data = PreparedData(root / "data" / "listops_smoke")
+  model = train.build_model(ml_collections.ConfigDict(config), data.spec)
+  params = model.init(jax.random.PRNGKey(0), train._example_batch(data.spec, 1),
+                      deterministic=True)
+  assert final["num_params"] == sum(x.size for x in jax.tree.leaves(params))
+
+
+def test_rerunning_a_complete_run_does_not_train_again(smoke_run):
+  root, result = smoke_run
+  again = run.run("listops", "softmax", preset="smoke", data_dir=root / "data",
+                  run_dir=root / "run", progress=False,
+                  overrides=["train.num_steps=4", "eval.every_steps=2", "train.log_every_steps=1"])
+  assert again == json.loads(json.dumps(result))
+  with pytest.raises(FileExistsError, match="different config"):
+    run.run("listops", "softmax", preset="smoke", data_dir=root / "data", run_dir=root / "run",
+            progress=False, overrides=["train.num_steps=5"])
+
+
+def test_eval_batches_count_every_example_once(smoke_run):
+  root, _ = smoke_run
+  data = PreparedData(root / "data" / "listops_smoke")
+  arrays = data.split("test")
+  batches = list(eval_batches(arrays, data.spec, 24))  # 64 examples -> 24 + 24 + 16 (+8 filler)
+  assert sum(b["weight"].sum() for b in batches) == len(arrays["label"])
+  assert all(b["inputs"].shape == (24, data.spec.seq_len) for b in batches)
+  labels = np.concatenate([b["label"][b["weight"] > 0] for b in batches])
+  np.testing.assert_array_equal(labels, arrays["label"])
+  assert (batches[0]["mask"] == (batches[0]["inputs"] != 0)).all()
+
+
+def test_overrides_are_typed_and_unknown_keys_fail():
+  config = load_config("listops", "smoke")
+  apply_overrides(config, ["train.num_steps=7", "train.learning_rate=0.5", "model.pooling=cls"])
+  assert (config.train.num_steps, config.train.learning_rate, config.model.pooling) == (
+      7, 0.5, "cls")
+  with pytest.raises(KeyError, match="Valid keys here"):
+    apply_overrides(config, ["train.num_stepz=3"])
+  with pytest.raises(ValueError, match="train.num_steps"):
+    apply_overrides(config, ["train.num_steps=many"])
+
+
+def test_every_preset_loads_locked():
+  for preset in ("paper", "lra", "smoke", "demo"):
+    config = load_config("listops", preset)
+    with pytest.raises(AttributeError):
+      config.train.not_a_key = 1
+  with pytest.raises(ValueError, match="Valid presets"):
+    load_config("listops", "huge")
