@@ -1,7 +1,7 @@
 """Task registry: `TASKS[name]` is the `Task` of tasks/<name>.py (six LRA tasks + extras)."""
 from __future__ import annotations
 
-from tasks import listops
+from tasks import image, listops, pathfinder, pathx, retrieval, text
 from tasks.spec import Task, TaskSpec, TaskNotBuiltError
 
 
@@ -12,11 +12,11 @@ def _not_built(name: str, description: str) -> Task:
 
 TASKS: dict[str, Task] = {
     "listops": listops.TASK,
-    "text": _not_built("text", "Byte-level IMDb sentiment, 2 classes, length 4000"),
-    "retrieval": _not_built("retrieval", "AAN document-pair citation match, 2 x 4000 bytes"),
-    "image": _not_built("image", "Grayscale CIFAR-10 as 1024 pixel tokens, 10 classes"),
-    "pathfinder": _not_built("pathfinder", "Pathfinder 32x32: are the two dots connected?"),
-    "pathx": _not_built("pathx", "Path-X 128x128 (16,384 tokens): Pathfinder at scale"),
+    "text": text.TASK,
+    "retrieval": retrieval.TASK,
+    "image": image.TASK,
+    "pathfinder": pathfinder.TASK,
+    "pathx": pathx.TASK,
 }
 
 

@@ -1,0 +1,26 @@
+"""Path-X: Pathfinder at 128x128 (16,384 tokens), read by the Pathfinder loader."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tasks import pixels
+from tasks.pathfinder import command, prepare_resolution
+from tasks.spec import Task
+
+SIDE = 128
+
+
+def prepare(source: Path, out_dir: Path, *, difficulty: str = "hard", split_seed: int = 0,
+            workers: int | None = None) -> dict:
+  """Path-X from pathfinder128/; see `tasks.pathfinder.prepare_resolution` for the arguments."""
+  return prepare_resolution(SIDE, "pathx", source, out_dir, difficulty=difficulty,
+                            split_seed=split_seed, workers=workers)
+
+
+TASK = Task(
+    name="pathx",
+    description="Path-X 128x128 (16,384 tokens): Pathfinder at scale",
+    data_hint=f"Bring the LRA release (nothing is downloaded), then run: {command('pathx')}",
+    prepare=prepare,
+    decode=pixels.decode,
+)

@@ -1,0 +1,224 @@
+"""Text: byte-level IMDb sentiment, from `aclImdb/`, `aclImdb_v1.tar.gz` or a TFDS data dir.
+
+Validation is the test set by default (the LRA convention); `val_from_train_fraction` > 0 holds out
+a seeded slice of train instead. meta.json's `validation` says which was used.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import tarfile
+from pathlib import Path
+
+import numpy as np
+
+from tasks import bytes_tokenizer
+from tasks.cache import SPLITS, file_checksum, finalize, write_array
+from tasks.fingerprint import current_cache, report_up_to_date, sha256_of, stat_digest
+from tasks.spec import Task
+
+SEQ_LEN = 4000
+NUM_CLASSES = 2
+LABEL_NAMES = ("neg", "pos")  # the order of TFDS imdb_reviews' ClassLabel
+TFDS_NAME = "imdb_reviews/plain_text"
+COMMAND = ("lra data prepare text --source PATH   "
+           "(PATH = aclImdb/, aclImdb_v1.tar.gz, or a TFDS data dir holding imdb_reviews)")
+_REVIEW = re.compile(r"(?:^|/)aclImdb/(train|test)/(neg|pos)/(\d+)_\d+\.txt$")
+_REVIEW_NAME = re.compile(r"(\d+)_\d+\.txt")
+_ROOTS = ("", "lra_release", "lra_release/lra_release")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+  path: Path
+  format: str  # "aclImdb folder" | "aclImdb_v1.tar.gz" | "tfds imdb_reviews"
+
+
+def _locate(source: Path) -> _Source:
+  """Finds a supported IMDb copy at, inside, or under either nesting of lra_release/ in source."""
+  source = Path(source).expanduser()
+  if not source.exists():
+    raise FileNotFoundError(f"Source path {source} does not exist.\nTry: {COMMAND}")
+  looked = []
+  for prefix in _ROOTS:
+    root = source / prefix if prefix else source
+    if root.is_file() and root.name.endswith((".tar.gz", ".tgz")):
+      return _Source(root, "aclImdb_v1.tar.gz")
+    if not root.is_dir():
+      continue
+    if (root / "train").is_dir() and (root / "test").is_dir() and root.name == "aclImdb":
+      return _Source(root, "aclImdb folder")
+    if (root / "aclImdb").is_dir():
+      return _Source(root / "aclImdb", "aclImdb folder")
+    if (root / "aclImdb_v1.tar.gz").is_file():
+      return _Source(root / "aclImdb_v1.tar.gz", "aclImdb_v1.tar.gz")
+    if root.name == "imdb_reviews":
+      return _Source(root.parent, "tfds imdb_reviews")
+    if (root / "imdb_reviews").is_dir():
+      return _Source(root, "tfds imdb_reviews")
+    looked.append(str(root))
+  raise FileNotFoundError(
+      f"Could not find IMDb reviews under {source}. Expected one of: an unpacked aclImdb/ folder "
+      f"(aclImdb/{{train,test}}/{{pos,neg}}/*.txt), the aclImdb_v1.tar.gz archive, or a TFDS data "
+      f"dir holding imdb_reviews/plain_text/<version>/. Looked in:\n  " + "\n  ".join(looked)
+      + f"\nTry: {COMMAND}")
+
+
+def _folder_files(root: Path) -> list[tuple[str, int, int, Path]]:
+  """(split, label, review id, path) of every labelled review, in a fixed order."""
+  entries = []
+  for split in ("train", "test"):
+    for label, name in enumerate(LABEL_NAMES):
+      folder = root / split / name
+      files = sorted(folder.glob("*.txt")) if folder.is_dir() else []
+      if not files:
+        raise FileNotFoundError(f"Expected review files {folder}/<id>_<rating>.txt, found none.\n"
+                                f"Is {root} a complete unpacked aclImdb_v1.tar.gz? Try: {COMMAND}")
+      for f in files:
+        match = _REVIEW_NAME.fullmatch(f.name)
+        if match is None:
+          raise ValueError(f"Unexpected file name {f} (expected <id>_<rating>.txt).")
+        entries.append((split, label, int(match.group(1)), f))
+  return sorted(entries, key=lambda e: e[:3])
+
+
+def _checksums(src: _Source) -> dict[str, str]:
+  if src.format == "aclImdb folder":
+    files = [e[3] for e in _folder_files(src.path)]
+    return {"aclImdb/{train,test}/{neg,pos}/*.txt": stat_digest(src.path, files)}
+  if src.format == "aclImdb_v1.tar.gz":
+    return {src.path.name: "sha256:" + file_checksum(src.path)}
+  tfds_dir = src.path / TFDS_NAME
+  files = sorted(p for p in tfds_dir.rglob("*") if p.is_file())
+  if not any(p.name == "dataset_info.json" for p in files):
+    raise FileNotFoundError(
+        f"TFDS data dir {src.path} has no prepared {TFDS_NAME} (expected "
+        f"{tfds_dir}/<version>/dataset_info.json and its tfrecord files). This suite never "
+        f"downloads: prepare imdb_reviews with TFDS yourself, or use aclImdb instead.\n"
+        f"Try: {COMMAND}")
+  return sha256_of(src.path, files)
+
+
+def _read_reviews(src: _Source) -> dict[str, tuple[list[bytes], np.ndarray]]:
+  """{"train"|"test": (texts, labels[N])}; texts are the file's bytes stripped, as TFDS stores them."""
+  if src.format == "tfds imdb_reviews":
+    return _read_tfds(src.path)
+  rows: list[tuple[str, int, int, bytes]] = []
+  if src.format == "aclImdb folder":
+    for split, label, review_id, path in _folder_files(src.path):
+      rows.append((split, label, review_id, path.read_bytes().strip()))
+  else:
+    with tarfile.open(src.path, "r|gz") as archive:
+      for member in archive:
+        match = _REVIEW.search(member.name)
+        if member.isfile() and match:
+          text = archive.extractfile(member).read().strip()
+          rows.append((match.group(1), LABEL_NAMES.index(match.group(2)), int(match.group(3)), text))
+    rows.sort(key=lambda r: r[:3])
+  out = {}
+  for split in ("train", "test"):
+    chosen = [r for r in rows if r[0] == split]
+    if not chosen:
+      raise ValueError(f"{src.path} holds no aclImdb/{split}/{{pos,neg}}/*.txt reviews.\n"
+                       f"Try: {COMMAND}")
+    out[split] = ([r[3] for r in chosen], np.array([r[1] for r in chosen], dtype=np.int32))
+  return out
+
+
+def _read_tfds(data_dir: Path) -> dict[str, tuple[list[bytes], np.ndarray]]:
+  try:
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ImportError(
+        f"Reading the TFDS data dir {data_dir} needs tensorflow-datasets (and TensorFlow): "
+        f"pip install -e .[tfds]\nOr point --source at aclImdb/ or aclImdb_v1.tar.gz, which need "
+        f"nothing extra.") from None
+  builder = tfds.builder(TFDS_NAME, data_dir=str(data_dir))
+  out = {}
+  for split in ("train", "test"):
+    texts, labels = [], []
+    for example in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
+      texts.append(bytes(example["text"]))
+      labels.append(int(example["label"]))
+    out[split] = (texts, np.array(labels, dtype=np.int32))
+  return out
+
+
+def _encode_all(texts: list[bytes]) -> tuple[np.ndarray, int]:
+  inputs = np.zeros((len(texts), SEQ_LEN), dtype=bytes_tokenizer.DTYPE)
+  truncated = sum(bytes_tokenizer.encode_into(row, text) for row, text in zip(inputs, texts))
+  return inputs, truncated
+
+
+def prepare(source: Path, out_dir: Path, *, val_from_train_fraction: float = 0.0,
+            split_seed: int = 0) -> dict:
+  """Tokenises IMDb into the cache at out_dir and returns its meta (a no-op when up to date).
+
+  Args:
+    source: aclImdb/, aclImdb_v1.tar.gz, a TFDS data dir, or a folder holding one of them.
+    out_dir: the cache folder.
+    val_from_train_fraction: 0 = validate on the test set (LRA); in (0, 1) = hold out this
+      fraction of train, chosen by `split_seed`.
+    split_seed: seed of the held-out slice (unused when the fraction is 0).
+  """
+  fraction, seed = float(val_from_train_fraction), int(split_seed)
+  if not 0.0 <= fraction < 1.0:
+    raise ValueError(f"val_from_train_fraction must be in [0, 1), got {fraction} "
+                     f"(0 = the LRA convention: validate on the test set).")
+  src = _locate(source)
+  source_meta = {"path": str(src.path.resolve()), "format": src.format,
+                 "checksums": _checksums(src)}
+  options = {"val_from_train_fraction": fraction}
+  if fraction:
+    options["split_seed"] = seed
+  tokenizer = bytes_tokenizer.describe(SEQ_LEN)
+  meta = current_cache(out_dir, source_meta, options, tokenizer, ("inputs",))
+  if meta is not None:
+    report_up_to_date("text", out_dir, src.path)
+    return meta
+
+  reviews = _read_reviews(src)
+  train_texts, train_labels = reviews["train"]
+  if fraction:
+    num_val = int(round(fraction * len(train_texts)))
+    if not 0 < num_val < len(train_texts):
+      raise ValueError(f"val_from_train_fraction={fraction} of {len(train_texts)} training "
+                       f"reviews leaves an empty split.")
+    perm = np.random.default_rng(seed).permutation(len(train_texts))
+    chosen = {"val": np.sort(perm[:num_val]), "train": np.sort(perm[num_val:])}
+    texts = {k: [train_texts[i] for i in idx] for k, idx in chosen.items()}
+    labels = {k: train_labels[idx] for k, idx in chosen.items()}
+    validation = f"held-out {fraction:g} of train (split_seed {seed})"
+  else:
+    texts = {"train": train_texts, "val": reviews["test"][0]}
+    labels = {"train": train_labels, "val": reviews["test"][1]}
+    validation = "test set (LRA convention: val = test)"
+  texts["test"], labels["test"] = reviews["test"]
+
+  counts, truncated = {}, {}
+  for split in SPLITS:
+    inputs, truncated[split] = _encode_all(texts[split])
+    write_array(out_dir, split, "inputs", inputs)
+    write_array(out_dir, split, "label", labels[split])
+    counts[split] = len(inputs)
+  meta = {
+      "task": "text", "vocab_size": bytes_tokenizer.VOCAB_SIZE, "seq_len": SEQ_LEN,
+      "num_classes": NUM_CLASSES, "dual": False, "pad_id": bytes_tokenizer.PAD_ID,
+      "splits": counts, "source": source_meta, "tokenizer": tokenizer, "options": options,
+      "validation": validation, "label_names": list(LABEL_NAMES), "num_truncated": truncated,
+  }
+  if fraction:
+    meta["split_seed"] = seed
+  meta = finalize(out_dir, meta)
+  print(f"text: prepared {counts} from {src.path} ({src.format}); validation = {validation}.",
+        flush=True)
+  return meta
+
+
+TASK = Task(
+    name="text",
+    description="Byte-level IMDb sentiment, 2 classes, length 4000",
+    data_hint=f"Bring IMDb (nothing is downloaded), then run: {COMMAND}",
+    prepare=prepare,
+    decode=bytes_tokenizer.decode,
+)

@@ -1,0 +1,169 @@
+"""Pathfinder and Path-X: release layout, PNG pixels against the arrays written, split, skips."""
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tasks import TASKS, pathfinder, pathx
+from tasks.cache import PreparedData, finalize, make_batch
+from tasks.row_writer import RowWriter
+
+
+def _write_set(folder, side, batches=3, per_batch=12, seed=0, broken=None):
+  """A release-style difficulty folder; returns {"imgs/<b>/sample_<k>.png": (pixels, label)}.
+
+  broken maps (batch, k) to "empty" | "garbage" | "missing".
+  """
+  rng = np.random.default_rng(seed)
+  broken = broken or {}
+  written = {}
+  (folder / "metadata").mkdir(parents=True)
+  for b in range(batches):
+    (folder / "imgs" / str(b)).mkdir(parents=True)
+    lines = []
+    for k in range(per_batch):
+      label = int(rng.integers(0, 2))
+      name = f"imgs/{b}/sample_{k}.png"
+      pixels = rng.integers(0, 256, size=(side, side), dtype=np.uint8)
+      kind = broken.get((b, k))
+      if kind == "empty":
+        (folder / name).write_bytes(b"")
+      elif kind == "garbage":
+        (folder / name).write_bytes(b"\x89PNG not really")
+      elif kind is None:
+        Image.fromarray(pixels, mode="L").save(folder / name)
+        written[name] = (pixels, label)
+      lines.append(f"imgs/{b} sample_{k}.png {k} {label} 1.8 14 4 5 1.5 2 1")
+    (folder / "metadata" / f"{b}.npy").write_text("\n".join(lines) + "\n")
+  return written
+
+
+def _rows(data, split):
+  arrays = data.split(split)
+  return [(bytes(x), int(y)) for x, y in zip(np.asarray(arrays["inputs"]), arrays["label"])]
+
+
+def test_pixels_labels_split_and_skips(tmp_path):
+  folder = tmp_path / "lra_release" / "lra_release" / "pathfinder32" / "curv_contour_length_14"
+  broken = {(0, 5): "empty", (1, 2): "garbage", (2, 7): "missing"}
+  written = _write_set(folder, 32, broken=broken)
+  meta = pathfinder.prepare(tmp_path, tmp_path / "cache", split_seed=5)
+  data = PreparedData(tmp_path / "cache")
+
+  # Every readable image lands in exactly one split with its own pixels and label.
+  everything = sorted(_rows(data, "train") + _rows(data, "val") + _rows(data, "test"))
+  assert everything == sorted((p.tobytes(), label) for p, label in written.values())
+  assert meta["num_listed"] == 36
+  assert meta["num_skipped"] == {"empty": 1, "unreadable": 1, "missing": 1}
+  assert sorted(meta["skipped_examples"]) == ["imgs/0/sample_5.png: empty",
+                                              "imgs/1/sample_2.png: unreadable",
+                                              "imgs/2/sample_7.png: missing"]
+  # The split is drawn over the 36 listed images (29/3/3 + 1 for odd sizes), skips leave theirs.
+  assign = pathfinder.split_assignment(36, 5)
+  assert np.bincount(assign).tolist() == [30, 3, 3]
+  listed = [f"imgs/{b}/sample_{k}.png" for b in range(3) for k in range(12)]
+  for s, split in enumerate(("train", "val", "test")):
+    names = [n for n, a in zip(listed, assign) if a == s and n in written]
+    assert _rows(data, split) == [(written[n][0].tobytes(), written[n][1]) for n in names]
+    assert meta["splits"][split] == len(names)
+  assert (meta["seq_len"], meta["vocab_size"], meta["pad_id"], meta["split_seed"]) == (
+      1024, 256, None, 5)
+  assert meta["difficulty"] == "hard" and meta["options"] == {"difficulty": "hard",
+                                                              "split_seed": 5}
+  batch = make_batch(data.split("train"), np.arange(4), data.spec)
+  assert batch["mask"].all() and batch["inputs"].shape == (4, 1024)
+  assert not list((tmp_path / "cache").glob("*.oversize"))
+  assert TASKS["pathfinder"] is pathfinder.TASK and TASKS["pathx"] is pathx.TASK
+
+
+def test_seed_changes_the_split_not_the_content(tmp_path):
+  _write_set(tmp_path / "pathfinder32" / "curv_contour_length_14", 32)
+  pathfinder.prepare(tmp_path / "pathfinder32", tmp_path / "a", split_seed=0)
+  pathfinder.prepare(tmp_path / "pathfinder32", tmp_path / "b", split_seed=1)
+  a, b = PreparedData(tmp_path / "a"), PreparedData(tmp_path / "b")
+  assert _rows(a, "test") != _rows(b, "test")
+  union = lambda d: sorted(_rows(d, "train") + _rows(d, "val") + _rows(d, "test"))
+  assert union(a) == union(b)
+
+
+def test_difficulty_picks_its_folder(tmp_path):
+  easy = _write_set(tmp_path / "pathfinder32" / "curv_baseline", 32, seed=1, batches=2)
+  _write_set(tmp_path / "pathfinder32" / "curv_contour_length_14", 32, seed=2, batches=2)
+  meta = pathfinder.prepare(tmp_path, tmp_path / "cache", difficulty="easy")
+  data = PreparedData(tmp_path / "cache")
+  got = sorted(_rows(data, "train") + _rows(data, "val") + _rows(data, "test"))
+  assert got == sorted((p.tobytes(), l) for p, l in easy.values())
+  assert meta["source"]["path"].endswith("curv_baseline")
+  with pytest.raises(FileNotFoundError, match=r"pathfinder32/curv_contour_length_9"):
+    pathfinder.prepare(tmp_path, tmp_path / "cache", difficulty="intermediate")
+  with pytest.raises(ValueError, match="Valid: easy, intermediate, hard"):
+    pathfinder.prepare(tmp_path, tmp_path / "cache", difficulty="medium")
+
+
+def test_difficulty_folder_itself_is_a_source(tmp_path):
+  folder = tmp_path / "x" / "curv_contour_length_14"
+  _write_set(folder, 32, batches=1)
+  assert sum(pathfinder.prepare(folder, tmp_path / "cache")["splits"].values()) == 12
+
+
+def test_errors_name_file_line_and_size(tmp_path):
+  folder = tmp_path / "pathfinder32" / "curv_contour_length_14"
+  _write_set(folder, 32, batches=2)
+  (folder / "metadata" / "1.npy").write_text("imgs/1 sample_0.png 0 1 1.8\nimgs/1 sample_1.png 1\n")
+  with pytest.raises(ValueError, match=r"metadata/1\.npy:2: expected 'imgs/<batch>"):
+    pathfinder.prepare(tmp_path, tmp_path / "cache")
+  wrong = tmp_path / "wrong" / "pathfinder128" / "curv_contour_length_14"
+  _write_set(wrong, 32, batches=1)
+  with pytest.raises(ValueError, match=r"sample_0\.png: expected a 128x128 image, found 32x32"):
+    pathx.prepare(tmp_path / "wrong", tmp_path / "cache")
+  with pytest.raises(FileNotFoundError, match=r"pathfinder128/curv_contour_length_14.*Looked at"):
+    pathx.prepare(tmp_path, tmp_path / "cache")
+
+
+def test_pathx_with_worker_processes(tmp_path):
+  folder = tmp_path / "pathfinder128" / "curv_contour_length_14"
+  written = _write_set(folder, 128, batches=2, per_batch=11, broken={(1, 4): "empty"})
+  meta = pathx.prepare(tmp_path, tmp_path / "cache", workers="2", split_seed=3)
+  data = PreparedData(tmp_path / "cache")
+  assert meta["seq_len"] == 16384 and data.split("train")["inputs"].dtype == np.uint8
+  listed = [f"imgs/{b}/sample_{k}.png" for b in range(2) for k in range(11)]
+  assign = pathfinder.split_assignment(22, 3)
+  for s, split in enumerate(("train", "val", "test")):
+    names = [n for n, a in zip(listed, assign) if a == s and n in written]
+    assert _rows(data, split) == [(written[n][0].tobytes(), written[n][1]) for n in names]
+  assert meta["num_skipped"] == {"empty": 1}
+  assert pathx.TASK.decode(data.split("val")["inputs"][0]).startswith("[128x128 pixels, max-pooled")
+
+
+def test_idempotent_and_image_change_detected(tmp_path, capsys):
+  folder = tmp_path / "pathfinder32" / "curv_contour_length_14"
+  _write_set(folder, 32, batches=1)
+  pathfinder.prepare(tmp_path, tmp_path / "cache")
+  capsys.readouterr()
+  pathfinder.prepare(tmp_path, tmp_path / "cache", workers=3)  # workers do not change the output
+  assert "up to date" in capsys.readouterr().out
+  pathfinder.prepare(tmp_path, tmp_path / "cache", split_seed=9)
+  assert "up to date" not in capsys.readouterr().out
+  Image.fromarray(np.full((32, 32), 7, np.uint8), mode="L").save(folder / "imgs/0/sample_3.png")
+  os.utime(folder / "imgs/0/sample_3.png", ns=(5, 5))
+  pathfinder.prepare(tmp_path, tmp_path / "cache", split_seed=9)
+  assert "up to date" not in capsys.readouterr().out
+  rows = sum((_rows(PreparedData(tmp_path / "cache"), s) for s in ("train", "val", "test")), [])
+  assert bytes([7] * 1024) in [r[0] for r in rows]
+
+
+def test_row_writer_shrinks_to_what_was_written(tmp_path):
+  rows = np.arange(7 * 5, dtype=np.uint16).reshape(7, 5)
+  writer = RowWriter(tmp_path, "train", "inputs", capacity=10, width=5, dtype=np.uint16)
+  writer.append(rows[:3])
+  writer.append(rows[3:3])
+  writer.append(rows[3:])
+  assert writer.close() == 7
+  empty = RowWriter(tmp_path, "val", "inputs", capacity=4, width=5, dtype=np.uint16)
+  assert empty.close() == 0
+  finalize(tmp_path, {})
+  np.testing.assert_array_equal(np.load(tmp_path / "train.inputs.npy"), rows)
+  assert np.load(tmp_path / "val.inputs.npy").shape == (0, 5)
+  with pytest.raises(ValueError, match="more than the 1 rows"):
+    RowWriter(tmp_path, "test", "inputs", capacity=1, width=5, dtype=np.uint16).append(rows[:2])
