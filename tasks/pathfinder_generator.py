@@ -27,8 +27,8 @@ MANIFEST = "generator.json"
 STATS_FILE = "stats.json"
 GENERATOR_VERSION = 1
 
-__all__ = ["generate", "compute_stats", "generate_batch", "DIFFICULTIES", "RESOLUTIONS",
-           "IMAGES_PER_BATCH"]
+__all__ = ["generate", "generate_small", "compute_stats", "generate_batch", "DIFFICULTIES",
+           "RESOLUTIONS", "IMAGES_PER_BATCH"]
 
 
 def _batch_rng(seed: int, params: Params, batch: int) -> np.random.Generator:
@@ -169,3 +169,10 @@ def generate(out_dir: Path, resolution: int = 32, difficulty: str = "hard",
   if stats:
     (curv_dir / STATS_FILE).write_text(json.dumps(compute_stats(curv_dir), indent=2) + "\n")
   return curv_dir
+
+
+def generate_small(raw_dir: Path, *, resolution: int = 32, difficulty: str = "hard",
+                   num_images: int = 2000, seed: int = 0) -> None:
+  """A small set for the smoke/demo presets (`Task.generate_small`), quietly."""
+  generate(raw_dir, resolution=resolution, difficulty=difficulty, num_images=num_images,
+           seed=seed, progress=False)

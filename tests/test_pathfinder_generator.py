@@ -226,3 +226,41 @@ def test_stats_report(tmp_path):
     pixels = np.asarray(image)
   for y, x in markers[0].reshape(2, 2):
     assert pixels[int(round(y)), int(round(x))] >= 200
+
+
+def test_cli_generate_then_prepare_reads_every_image(tmp_path, capsys):
+  from lra.cli import main
+  from tasks.cache import PreparedData
+  raw, data = tmp_path / "raw", tmp_path / "data"
+  assert main(["data", "generate", "pathfinder", "--out", str(raw), "--difficulty", "easy",
+               "--num-images", "30", "--seed", "2", "--stats"]) == 0
+  assert "lra data prepare pathfinder" in capsys.readouterr().out
+  curv = raw / "pathfinder32" / "curv_baseline"
+  assert (curv / pg.STATS_FILE).exists()
+  assert main(["data", "prepare", "pathfinder", "--source", str(raw), "--data-dir", str(data),
+               "--option", "difficulty=easy"]) == 0
+  prepared = PreparedData(data / "pathfinder")
+  rows, labels = [], []
+  for split in ("train", "val", "test"):
+    arrays = prepared.split(split)
+    rows += [np.asarray(r).astype(np.uint8).tobytes() for r in arrays["inputs"]]
+    labels += np.asarray(arrays["label"]).tolist()
+  expected_rows, expected_labels = [], []
+  for fields in stats.read_metadata(curv / "metadata" / "0.npy"):
+    with Image.open(curv / fields[0] / fields[1]) as image:
+      expected_rows.append(np.asarray(image).tobytes())
+    expected_labels.append(int(fields[3]))
+  assert sorted(zip(rows, labels)) == sorted(zip(expected_rows, expected_labels))
+
+
+@pytest.mark.slow  # JAX compiles a 1,024-token model: ~15 s of CPU
+def test_generated_hard_set_trains_a_few_steps(tmp_path):
+  from lra import run
+  result = run.run("pathfinder", "softmax", preset="smoke", data_dir=tmp_path / "data",
+                   run_dir=tmp_path / "run", progress=False,
+                   overrides=["data.generator.num_images=40", "train.num_steps=2",
+                              "eval.every_steps=2", "train.log_every_steps=1"])
+  assert result["status"] == "complete" and result["step"] == 2
+  meta = json.loads((tmp_path / "data" / "pathfinder_smoke" / "meta.json").read_text())
+  assert meta["seq_len"] == 1024 and sum(meta["splits"].values()) == 40
+  assert "curv_contour_length_14" in meta["source"]["path"]
