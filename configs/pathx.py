@@ -16,9 +16,14 @@ from configs import pathfinder
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
+  if arg == "demo":
+    raise ValueError("Preset 'demo' is not defined for Path-X (16K tokens is not a CPU demo): use "
+                     "paper, lra or smoke; `lra run pathfinder latte --preset demo` is the "
+                     "Pathfinder demo.")
   c = pathfinder.get_config(arg)
   c.task = "pathx"
-  c.data.cache_name = "pathx"
+  # Generated smoke data must never land in the folder of the real (prepared) Path-X set.
+  c.data.cache_name = "pathx_smoke" if c.preset == "smoke" else "pathx"
   if c.preset == "lra":
     # Original LRA pathfinder128 base: 1 layer, 2 heads, D=32, MLP 32, dropout 0.1, mean pooling,
     # learned positions, batch 64, grad-norm clip 1.0, otherwise as Pathfinder's.
@@ -39,4 +44,5 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     # Softmax over 16K tokens holds a 1 GB [T,T] matrix per head and example: keep one of each.
     c.model.num_heads = 1
     c.train.batch_size = c.eval.batch_size = 1
+    c.data.generator.num_images = 40
   return c

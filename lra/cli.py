@@ -94,6 +94,17 @@ def build_parser() -> argparse.ArgumentParser:
   listops.add_argument("--max-depth", type=int, default=10)
   listops.add_argument("--max-args", type=int, default=10)
   listops.add_argument("--seed", type=int, default=0)
+  pathfinder = gen_sub.add_parser(
+      "pathfinder", help="pathfinder<res>/curv_*/imgs + metadata like the release (Path-X = 128)")
+  pathfinder.add_argument("--out", type=Path, required=True)
+  pathfinder.add_argument("--resolution", type=int, default=32, choices=(32, 64, 128, 256))
+  pathfinder.add_argument("--difficulty", default="hard", choices=("easy", "intermediate", "hard"),
+                          help="contour length 6 (curv_baseline), 9 or 14 (default, LRA)")
+  pathfinder.add_argument("--num-images", type=int, default=200_000)
+  pathfinder.add_argument("--seed", type=int, default=0)
+  pathfinder.add_argument("--workers", type=int, default=1, help="processes (same output for any)")
+  pathfinder.add_argument("--stats", action="store_true",
+                          help="also write stats.json (ink, histogram, marker-distance leak check)")
 
   prep = data_sub.add_parser("prepare", help="raw release / archive -> cache")
   prep.add_argument("task")

@@ -74,6 +74,18 @@ def generate(args: argparse.Namespace) -> int:
     print(f"listops: wrote {out}/basic_{{train,val,test}}.tsv\n"
           f"next: lra data prepare listops --source {out}")
     return 0
+  if args.generator == "pathfinder":
+    from tasks import pathfinder_generator
+    curv = pathfinder_generator.generate(
+        args.out, resolution=args.resolution, difficulty=args.difficulty,
+        num_images=args.num_images, seed=args.seed, workers=args.workers, stats=args.stats)
+    task = "pathx" if args.resolution == 128 else "pathfinder"
+    print(f"pathfinder: wrote {curv}/imgs and metadata" +
+          (f", stats in {curv / pathfinder_generator.STATS_FILE}" if args.stats else ""))
+    if args.resolution in (32, 128):
+      print(f"next: lra data prepare {task} --source {args.out} "
+            f"--option difficulty={args.difficulty}")
+    return 0
   raise AssertionError(args.generator)
 
 

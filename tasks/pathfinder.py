@@ -7,6 +7,7 @@ memory.
 """
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from tasks import pixels
+from tasks import pathfinder_generator, pixels
 from tasks.cache import SPLITS, finalize, write_array
 from tasks.fingerprint import current_cache, report_up_to_date, sha256_of, stat_digest
 from tasks.release import find_in_release
@@ -230,7 +231,10 @@ def prepare(source: Path, out_dir: Path, *, difficulty: str = "hard", split_seed
 TASK = Task(
     name="pathfinder",
     description="Pathfinder 32x32: are the two dots connected?",
-    data_hint=f"Bring the LRA release (nothing is downloaded), then run: {command('pathfinder')}",
+    data_hint=(f"Bring the LRA release (nothing is downloaded) or generate it: "
+               "lra data generate pathfinder --out DIR --resolution 32; then run: "
+               f"{command('pathfinder')}"),
     prepare=prepare,
     decode=pixels.decode,
+    generate_small=functools.partial(pathfinder_generator.generate_small, resolution=32),
 )

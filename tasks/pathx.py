@@ -1,9 +1,10 @@
 """Path-X: Pathfinder at 128x128 (16,384 tokens), read by the Pathfinder loader."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
-from tasks import pixels
+from tasks import pathfinder_generator, pixels
 from tasks.pathfinder import command, prepare_resolution
 from tasks.spec import Task
 
@@ -20,7 +21,10 @@ def prepare(source: Path, out_dir: Path, *, difficulty: str = "hard", split_seed
 TASK = Task(
     name="pathx",
     description="Path-X 128x128 (16,384 tokens): Pathfinder at scale",
-    data_hint=f"Bring the LRA release (nothing is downloaded), then run: {command('pathx')}",
+    data_hint=(f"Bring the LRA release (nothing is downloaded) or generate it: "
+               "lra data generate pathfinder --out DIR --resolution 128; then run: "
+               f"{command('pathx')}"),
     prepare=prepare,
     decode=pixels.decode,
+    generate_small=functools.partial(pathfinder_generator.generate_small, resolution=128),
 )

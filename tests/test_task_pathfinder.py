@@ -188,8 +188,10 @@ def _smoke(tmp_path, task, side, capsys):
   assert (bytes(record["tokens"]), record["label"]) in [
       (p.tobytes(), l) for p, l in written.values()]
   run_dir = tmp_path / "run"
+  # The smoke preset would generate its own set; point it at the copy prepared above.
   assert main(["run", task, "softmax", "--preset", "smoke", "--data-dir", str(data),
-               "--run-dir", str(run_dir), "--quiet"]) == 0
+               "--run-dir", str(run_dir), "--quiet", f"--config.data.cache_name={task}",
+               "--config.train.num_steps=2"]) == 0
   final = json.loads((run_dir / "final.json").read_text())
   assert final["status"] == "complete" and final["step"] == 2
   assert final["seq_len"] == side * side

@@ -1,0 +1,1 @@
+"""Pathfinder generator internals: parameter table, snake geometry, drawing and PNG, statistics."""

@@ -1,0 +1,178 @@
+"""`lra data generate pathfinder`: Pathfinder / Path-X images in the LRA release layout, no download.
+
+Writes DIR/pathfinder<res>/<curv folder>/imgs/<batch>/sample_<k>.png and metadata/<batch>.npy
+(text lines, as in the release). Each batch is seeded from (seed, batch), so the output is
+byte-identical for any number of workers, and a re-run skips finished batches. The snake
+geometry, drawing and parameter table live in tasks/pathfinder_gen/.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tasks.pathfinder_gen.geometry import make_scene, tables, to_pixels
+from tasks.pathfinder_gen.params import DIFFICULTIES, RESOLUTIONS, Params, get_params
+from tasks.pathfinder_gen.render import encode_png, render
+from tasks.pathfinder_gen.stats import MARKERS_DIR, compute_stats, read_metadata
+
+IMAGES_PER_BATCH = 1000
+MANIFEST = "generator.json"
+STATS_FILE = "stats.json"
+GENERATOR_VERSION = 1
+
+__all__ = ["generate", "generate_small", "compute_stats", "generate_batch", "DIFFICULTIES",
+           "RESOLUTIONS", "IMAGES_PER_BATCH"]
+
+
+def _batch_rng(seed: int, params: Params, batch: int) -> np.random.Generator:
+  return np.random.default_rng([seed, params.resolution, params.contour_length, batch])
+
+
+def metadata_line(batch: int, k: int, label: int, params: Params) -> str:
+  fields = (f"imgs/{batch}", f"sample_{k}.png", k, label, *params.metadata_fields())
+  return " ".join(str(x) for x in fields)
+
+
+def generate_batch(curv_dir: Path, params: Params, seed: int, batch: int, size: int) -> int:
+  """Writes one batch (images, markers sidecar, then metadata last); returns its image count.
+
+  Labels are balanced within the batch (a seeded permutation of alternating 0/1).
+  """
+  curv_dir = Path(curv_dir)
+  rng = _batch_rng(seed, params, batch)
+  labels = rng.permutation(np.arange(size) % 2)
+  image_dir = curv_dir / "imgs" / str(batch)
+  image_dir.mkdir(parents=True, exist_ok=True)
+  t = tables(params)
+  lines, markers = [], np.zeros((size, 4), dtype=np.float32)
+  for k, label in enumerate(labels.tolist()):
+    scene = make_scene(params, rng, label)
+    (image_dir / f"sample_{k}.png").write_bytes(encode_png(render(params, scene)))
+    markers[k] = to_pixels(params, t, scene.markers).ravel()
+    lines.append(metadata_line(batch, k, label, params))
+  for folder, name, payload in ((MARKERS_DIR, f"{batch}.npy", markers),
+                                ("metadata", f"{batch}.npy", "\n".join(lines) + "\n")):
+    path = curv_dir / folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+      if isinstance(payload, str):
+        f.write(payload.encode())
+      else:
+        np.save(f, payload)
+    os.replace(tmp, path)  # metadata lands last: its presence marks the batch finished
+  return size
+
+
+def _job(args: tuple) -> int:
+  return generate_batch(*args)
+
+
+def _batch_done(curv_dir: Path, batch: int, size: int) -> bool:
+  path = curv_dir / "metadata" / f"{batch}.npy"
+  if not path.exists():
+    return False
+  try:
+    return len(read_metadata(path)) == size
+  except ValueError:
+    return False
+
+
+def _check_manifest(curv_dir: Path, manifest: dict) -> None:
+  path = curv_dir / MANIFEST
+  if path.exists():
+    old = json.loads(path.read_text())
+    if old != manifest:
+      raise ValueError(
+          f"{curv_dir} was generated with different settings ({path}: seed {old.get('seed')}, "
+          f"generator version {old.get('version')}); resuming would mix two data sets.\n"
+          f"Re-run with --seed {old.get('seed')}, or pick a fresh --out directory.")
+  else:
+    curv_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+class _Progress:
+  """Batches done, images/s and ETA on stderr (at most one line every few seconds)."""
+
+  def __init__(self, label: str, total_batches: int, total_images: int, enabled: bool):
+    self.label, self.total_batches, self.total_images = label, total_batches, total_images
+    self.enabled = enabled
+    self.start = self.last = time.monotonic()
+    self.batches = self.images = 0
+
+  def update(self, images: int) -> None:
+    self.batches += 1
+    self.images += images
+    now = time.monotonic()
+    if not self.enabled or (now - self.last < 5 and self.batches < self.total_batches):
+      return
+    self.last = now
+    rate = self.images / max(now - self.start, 1e-9)
+    eta = (self.total_images - self.images) / max(rate, 1e-9)
+    print(f"{self.label}: {self.batches}/{self.total_batches} batches, {rate:.0f} images/s, "
+          f"ETA {int(eta // 60)}m{int(eta % 60):02d}s", file=sys.stderr, flush=True)
+
+
+def generate(out_dir: Path, resolution: int = 32, difficulty: str = "hard",
+             num_images: int = 200_000, seed: int = 0, workers: int = 1, stats: bool = False,
+             progress: bool = True, *, images_per_batch: int = IMAGES_PER_BATCH) -> Path:
+  """Generates a Pathfinder set in the release layout and returns its `curv_*` folder.
+
+  Args:
+    out_dir: the root; images go to out_dir/pathfinder<resolution>/<curv folder>/.
+    resolution: 32, 64, 128 (Path-X) or 256.
+    difficulty: easy (curv_baseline, 6 paddles), intermediate (curv_contour_length_9) or hard
+      (curv_contour_length_14).
+    num_images: total images; the last batch is smaller when this is not a multiple of
+      images_per_batch.
+    seed: batch b is drawn from (seed, resolution, contour length, b) alone.
+    workers: processes; the output does not depend on it.
+    stats: also write stats.json (see `compute_stats`) beside metadata/.
+    progress: report batches done, images/s and ETA on stderr.
+    images_per_batch: 1000 in the release; smaller only for tests.
+  Raises:
+    ValueError: unknown resolution or difficulty, or out_dir holds a set made with other
+      settings.
+  """
+  params = get_params(resolution, difficulty)
+  if num_images < 1 or workers < 1 or images_per_batch < 1:
+    raise ValueError(f"num_images, workers and images_per_batch must be >= 1, found "
+                     f"{num_images}, {workers}, {images_per_batch}.")
+  curv_dir = Path(out_dir).expanduser() / f"pathfinder{resolution}" / params.folder
+  _check_manifest(curv_dir, {"version": GENERATOR_VERSION, "seed": seed,
+                             "images_per_batch": images_per_batch,
+                             "params": dataclasses.asdict(params)})
+  batches = [(b, min(images_per_batch, num_images - b * images_per_batch))
+             for b in range(-(-num_images // images_per_batch))]
+  todo = [(curv_dir, params, seed, b, n) for b, n in batches if not _batch_done(curv_dir, b, n)]
+  report = _Progress(f"pathfinder{resolution}/{params.folder}", len(todo),
+                     sum(job[-1] for job in todo), progress)
+  if todo and progress and len(todo) < len(batches):
+    print(f"Resuming: {len(batches) - len(todo)} of {len(batches)} batches already done.",
+          file=sys.stderr)
+  if workers == 1 or len(todo) <= 1:
+    for job in todo:
+      report.update(_job(job))
+  else:
+    # spawn: forking a process that has started JAX's threads is unsafe.
+    with multiprocessing.get_context("spawn").Pool(min(workers, len(todo))) as pool:
+      for images in pool.imap_unordered(_job, todo):
+        report.update(images)
+  if stats:
+    (curv_dir / STATS_FILE).write_text(json.dumps(compute_stats(curv_dir), indent=2) + "\n")
+  return curv_dir
+
+
+def generate_small(raw_dir: Path, *, resolution: int = 32, difficulty: str = "hard",
+                   num_images: int = 2000, seed: int = 0) -> None:
+  """A small set for the smoke/demo presets (`Task.generate_small`), quietly."""
+  generate(raw_dir, resolution=resolution, difficulty=difficulty, num_images=num_images,
+           seed=seed, progress=False)
