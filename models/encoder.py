@@ -105,9 +105,12 @@ class Encoder(nn.Module):
                        f"{self.pos_encoding!r}")
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     carry = None
+    # The mixers see the CLS token too, so their longest input is max_len + 1 (Linformer's
+    # projections have one row per position).
+    mixer_max_len = self.max_len + (self.pooling == "cls")
     for i in range(self.num_layers):
       x, carry = EncoderBlock(self.mixer, self.mixer_config, self.num_heads, self.mlp_dim,
-                              self.dropout_rate, self.max_len, name=f"block_{i}")(
+                              self.dropout_rate, mixer_max_len, name=f"block_{i}")(
                                   x, mask, carry, deterministic=deterministic)
     x = nn.LayerNorm(name="final_norm")(x)
     if self.pooling == "cls":

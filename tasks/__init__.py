@@ -1,7 +1,7 @@
 """Task registry: `TASKS[name]` is the `Task` of tasks/<name>.py (six LRA tasks + extras)."""
 from __future__ import annotations
 
-from tasks import listops
+from tasks import listops, synthetic
 from tasks.spec import Task, TaskSpec, TaskNotBuiltError
 
 
@@ -17,6 +17,7 @@ TASKS: dict[str, Task] = {
     "image": _not_built("image", "Grayscale CIFAR-10 as 1024 pixel tokens, 10 classes"),
     "pathfinder": _not_built("pathfinder", "Pathfinder 32x32: are the two dots connected?"),
     "pathx": _not_built("pathx", "Path-X 128x128 (16,384 tokens): Pathfinder at scale"),
+    "synthetic": synthetic.TASK,
 }
 
 
