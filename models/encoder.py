@@ -162,9 +162,12 @@ class Encoder(nn.Module):
     x = x.astype(self.dtype)
     carry = None
     block = self._block_class()
+    # The mixers see the CLS token too, so their longest input is max_len + 1 (Linformer's
+    # projections have one row per position).
+    mixer_max_len = self.max_len + (self.pooling == "cls")
     for i in range(self.num_layers):
       x, carry = block(self.mixer, self.mixer_config, self.num_heads, self.mlp_dim,
-                       self.dropout_rate, self.max_len, self.block, name=f"block_{i}")(
+                       self.dropout_rate, mixer_max_len, self.block, name=f"block_{i}")(
                            x, mask, carry, deterministic)
     x = nn.LayerNorm(name="final_norm")(x.astype(jnp.float32))
     if self.pooling == "cls":

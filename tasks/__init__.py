@@ -1,7 +1,7 @@
 """Task registry: `TASKS[name]` is the `Task` of tasks/<name>.py (six LRA tasks + extras)."""
 from __future__ import annotations
 
-from tasks import image, listops, pathfinder, pathx, retrieval, text
+from tasks import image, listops, pathfinder, pathx, retrieval, synthetic, text
 from tasks.spec import Task, TaskSpec, TaskNotBuiltError
 
 TASKS: dict[str, Task] = {
@@ -11,6 +11,7 @@ TASKS: dict[str, Task] = {
     "image": image.TASK,
     "pathfinder": pathfinder.TASK,
     "pathx": pathx.TASK,
+    "synthetic": synthetic.TASK,
 }
 
 
