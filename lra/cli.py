@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 DEMO = ("listops", "latte", "demo")
+LOCAL_RESULTS = "local"  # results/local/runs/...: the bare demo's runs, kept out of git
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -218,8 +219,11 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> int:
         "The demo data is easier than LRA's ListOps (expressions of depth <= 4, 8-80 tokens, "
         "instead of depth 10, length 500-2000) so that a small model learns it in minutes; the "
         "full task: `lra run listops latte`.", file=sys.stderr)
+  # The demo trains under results/local/ (git-ignored): a clone's committed runs in
+  # results/runs/ are never resumed, overwritten or mistaken for the user's own.
+  results_dir = args.results_dir / LOCAL_RESULTS
   result = run.run(task, mixer, preset=preset, overrides=overrides, data_dir=args.data_dir,
-                   run_dir=args.run_dir, results_dir=args.results_dir, progress=not args.quiet)
+                   run_dir=args.run_dir, results_dir=results_dir, progress=not args.quiet)
   print_result(result)
   if result["test_accuracy"] is not None:
     gain = 100 * (result["test_accuracy"] - result["majority_accuracy"])

@@ -1,12 +1,17 @@
-"""Task configs by name and `--config.a.b=value` overrides on their locked ConfigDicts."""
+"""Task configs by name, `--config.a.b=value` overrides on their locked ConfigDicts, and the
+folders a resolved config maps to (its run dir, its generated-data cache)."""
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib
+import json
+from pathlib import Path
 from typing import Sequence
 
 import ml_collections
 
+from lra import run_identity
 from tasks import TASKS
 
 
@@ -22,6 +27,37 @@ def load_config(task: str, preset: str = "paper") -> ml_collections.ConfigDict:
     raise NotImplementedError(f"Task '{task}' has no config yet (configs/{task}.py); it is not "
                               "built in this version of the suite. See `lra list`.") from None
   return module.get_config(preset)
+
+
+def resolve_config(task: str, mixer: str, preset: str = "paper",
+                   overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
+  """The preset's config with `model.mixer` set and the overrides applied."""
+  config = load_config(task, preset)
+  if mixer not in config.mixers:  # one block per registered mixer (tests keep them in step)
+    raise KeyError(f"Unknown mixer '{mixer}'. Valid mixers: {', '.join(sorted(config.mixers))}")
+  config.model.mixer = mixer
+  return apply_overrides(config, overrides)
+
+
+def default_run_dir(config: ml_collections.ConfigDict, results_dir: Path) -> Path:
+  """results/runs/<task>/<mixer>/<preset>[+<overrides>]_seed<N> (see run_identity.run_name)."""
+  reference = resolve_config(config.task, config.model.mixer, config.preset)
+  name = run_identity.run_name(config.to_dict(), reference.to_dict())
+  return Path(results_dir) / "runs" / config.task / config.model.mixer / name
+
+
+def data_cache_dir(config: ml_collections.ConfigDict, data_dir: Path) -> Path:
+  """The prepared cache a config reads: `<data_dir>/<cache_name>`.
+
+  Generated data (smoke/demo presets, synthetic) gets a folder per generator recipe,
+  `<cache_name>-<hash>`, so overriding `data.generator.*` makes new data instead of silently
+  reusing a cache made with other settings.
+  """
+  name = config.data.cache_name or config.task
+  if config.data.generate:
+    recipe = json.dumps(config.data.generator.to_dict(), sort_keys=True).encode()
+    name += "-" + hashlib.sha256(recipe).hexdigest()[:8]
+  return Path(data_dir) / name
 
 
 def _parse_value(text: str, current):

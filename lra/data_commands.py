@@ -41,11 +41,10 @@ def _parse_options(items: list[str]) -> dict:
 
 def _cache_dir(args: argparse.Namespace) -> Path:
   data_dir = args.data_dir or default_data_dir()
-  name = args.cache_name
-  if name is None and getattr(args, "preset", None):
-    from lra.config_loading import load_config
-    name = load_config(args.task, args.preset).data.cache_name
-  return data_dir / (name or args.task)
+  if args.cache_name is None and getattr(args, "preset", None):
+    from lra.config_loading import data_cache_dir, load_config
+    return data_cache_dir(load_config(args.task, args.preset), data_dir)
+  return data_dir / (args.cache_name or args.task)
 
 
 def dispatch(args: argparse.Namespace) -> int:

@@ -5,7 +5,6 @@ Notebooks and `lra table` read results/ through this module only, so the layout
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -15,6 +14,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from lra.run_identity import config_fingerprint
 from lra.writers import read_metrics
 
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
@@ -38,15 +38,6 @@ def find_results_dir(start: Path | str | None = None) -> Path:
       return folder
   raise FileNotFoundError(f"No results/runs/ folder in {here} or its parents; run "
                           "`lra run TASK MIXER` first, or pass the results folder explicitly.")
-
-
-def config_fingerprint(config: dict[str, Any]) -> str:
-  """A short hash of a run's config without its seed: runs with equal fingerprints are seeds of
-  one experiment, and only those are averaged together."""
-  config = json.loads(json.dumps(config))
-  config.get("train", {}).pop("seed", None)
-  blob = json.dumps(config, sort_keys=True).encode()
-  return hashlib.sha256(blob).hexdigest()[:8]
 
 
 def load_runs(results_dir: Path | str = "results", *, status: str | None = None) -> pd.DataFrame:

@@ -9,9 +9,8 @@ from typing import Any, Sequence
 
 import ml_collections
 
-from lra import train
-from lra.config_loading import apply_overrides, load_config
-from models.mixers import get_mixer
+from lra import run_identity, train
+from lra.config_loading import data_cache_dir, default_run_dir, resolve_config
 from tasks import get_task
 from tasks.cache import DataMissingError, PreparedData
 
@@ -20,20 +19,12 @@ def default_data_dir() -> Path:
   return Path(os.environ.get("LRA_DATA_DIR", "~/.cache/lra")).expanduser()
 
 
-def resolve_config(task: str, mixer: str, preset: str,
-                   overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
-  get_mixer(mixer)  # fail early, listing the valid mixers
-  config = load_config(task, preset)
-  config.model.mixer = mixer
-  return apply_overrides(config, overrides)
-
-
 def load_data(config: ml_collections.ConfigDict, data_dir: Path,
               log=lambda msg: print(msg, file=sys.stderr)) -> PreparedData:
   """The prepared cache for this config; small presets generate theirs when it is missing."""
   task = get_task(config.task)
   task.require_built()
-  cache_dir = Path(data_dir) / (config.data.cache_name or config.task)
+  cache_dir = data_cache_dir(config, data_dir)
   try:
     return PreparedData(cache_dir, hint=task.data_hint)
   except DataMissingError:
@@ -46,11 +37,6 @@ def load_data(config: ml_collections.ConfigDict, data_dir: Path,
   return PreparedData(cache_dir, hint=task.data_hint)
 
 
-def default_run_dir(config: ml_collections.ConfigDict, results_dir: Path) -> Path:
-  return (Path(results_dir) / "runs" / config.task / config.model.mixer /
-          f"{config.preset}_seed{config.train.seed}")
-
-
 def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str] = (),
         data_dir: Path | None = None, run_dir: Path | None = None,
         results_dir: Path = Path("results"), progress: bool = True) -> dict[str, Any]:
@@ -59,10 +45,12 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
   data = load_data(config, data_dir or default_data_dir())
   run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir)
   previous = run_dir / "config.json"
-  if previous.exists() and json.loads(previous.read_text()) != json.loads(
-      json.dumps(config.to_dict())):
-    raise FileExistsError(f"{run_dir} holds a run with a different config; pass --run-dir for a "
-                          "new run, or delete that folder to start over.")
+  if previous.exists():
+    diff = run_identity.config_diff(json.loads(previous.read_text()), config.to_dict())
+    if any(diff.values()):
+      raise FileExistsError(
+          f"{run_dir} holds a run with a different config ({_describe(diff)}); pass --run-dir "
+          "for a new run, or delete that folder to start over.")
   final_path = run_dir / "final.json"
   if final_path.exists() and json.loads(final_path.read_text()).get("status") == "complete":
     print(f"{run_dir} is already complete; delete it to run again.", file=sys.stderr)
@@ -71,3 +59,11 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
     print(f"{task} x {mixer} ({preset}): {data.spec.seq_len} tokens, "
           f"{data.num_examples('train')} train examples -> {run_dir}", file=sys.stderr)
   return train.train_and_evaluate(config, data, run_dir, progress=progress)
+
+
+def _describe(diff: dict[str, list[str]], limit: int = 4) -> str:
+  parts = ([f"it has {item}" for item in diff["changed"]] +
+           [f"it lacks {key}" for key in diff["missing"]] +
+           [f"it has {key}, unknown now" for key in diff["unknown"]])
+  more = f", and {len(parts) - limit} more" if len(parts) > limit else ""
+  return "; ".join(parts[:limit]) + more

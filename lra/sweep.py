@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from lra.config_loading import default_run_dir, resolve_config
+
 
 @dataclass(frozen=True)
 class Job:
@@ -54,11 +56,13 @@ def plan(tasks: Sequence[str], mixers: Sequence[str], seeds: Sequence[int], *, p
   for task in tasks:
     for mixer in mixers:
       for seed in seeds:
-        run_dir = Path(results_dir) / "runs" / task / mixer / f"{preset}_seed{seed}"
+        settings = [f"train.seed={seed}", *overrides]
+        config = resolve_config(task, mixer, preset, settings)
+        run_dir = default_run_dir(config, results_dir)
         argv = ["run", task, mixer, "--preset", preset, "--results-dir", str(results_dir)]
         if data_dir is not None:
           argv += ["--data-dir", str(data_dir)]
-        argv += [f"--config.train.seed={seed}", *(f"--config.{o}" for o in overrides)]
+        argv += [f"--config.{o}" for o in settings]
         jobs.append(Job(task, mixer, seed, run_dir, run_state(run_dir), tuple(argv)))
   return jobs
 

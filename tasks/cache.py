@@ -159,10 +159,11 @@ def train_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: 
   n = len(arrays["label"])
   per_epoch = steps_per_epoch(n, batch_size)
   start, stop = rows or (0, batch_size)
-  step = start_step
+  step, perm_epoch, perm = start_step, None, None
   while True:
     epoch, index = divmod(step, per_epoch)
-    perm = epoch_permutation(n, seed, epoch)
+    if epoch != perm_epoch:  # once per epoch: a permutation of 160k rows is not free
+      perm_epoch, perm = epoch, epoch_permutation(n, seed, epoch)
     yield make_batch(arrays, perm[index * batch_size:(index + 1) * batch_size][start:stop], spec)
     step += 1
 

@@ -61,3 +61,19 @@ def test_generate_prepare_inspect(tmp_path, capsys):
 def test_bad_override_is_a_clear_error(tmp_path, capsys, args, expected):
   assert main(args + ["--data-dir", str(tmp_path)]) == 2
   assert expected in capsys.readouterr().err
+
+
+def test_bare_demo_trains_under_results_local(tmp_path, capsys):
+  """`lra` in a clone that already holds committed runs: the demo trains its own run under
+  results/local/ and leaves results/runs/ alone (a stale committed run never blocks it)."""
+  results = tmp_path / "results"
+  committed = results / "runs" / "listops" / "latte" / "smoke_seed0"
+  committed.mkdir(parents=True)
+  (committed / "config.json").write_text(json.dumps({"preset": "smoke", "stale": True}))
+  assert main(["--preset", "smoke", "--quiet", "--data-dir", str(tmp_path / "data"),
+               "--results-dir", str(results)]) == 0
+  final = json.loads((results / "local" / "runs" / "listops" / "latte" / "smoke_seed0" /
+                      "final.json").read_text())
+  assert final["status"] == "complete" and final["mixer"] == "latte"
+  assert "points over the majority class" in capsys.readouterr().out
+  assert sorted(p.name for p in committed.iterdir()) == ["config.json"]

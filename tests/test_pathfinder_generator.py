@@ -261,6 +261,7 @@ def test_generated_hard_set_trains_a_few_steps(tmp_path):
                    overrides=["data.generator.num_images=40", "train.num_steps=2",
                               "eval.every_steps=2", "train.log_every_steps=1"])
   assert result["status"] == "complete" and result["step"] == 2
-  meta = json.loads((tmp_path / "data" / "pathfinder_smoke" / "meta.json").read_text())
+  [meta_path] = (tmp_path / "data").glob("pathfinder_smoke-*/meta.json")  # one per recipe
+  meta = json.loads(meta_path.read_text())
   assert meta["seq_len"] == 1024 and sum(meta["splits"].values()) == 40
   assert "curv_contour_length_14" in meta["source"]["path"]

@@ -178,16 +178,58 @@ def test_committed_tables_are_current():
   assert tables.check(ROOT / "results", ROOT / "README.md") == []
 
 
+def test_committed_runs_match_todays_configs():
+  """Each committed run is what its folder's command resolves to today, so rerunning that
+  command in a fresh clone skips or resumes it instead of failing on a stale config."""
+  from lra import run_identity
+  from lra.config_loading import resolve_config
+  stale = []
+  for config_path in sorted((ROOT / "results" / "runs").glob("*/*/*/config.json")):
+    config = json.loads(config_path.read_text())
+    reference = resolve_config(config["task"], config["model"]["mixer"], config["preset"])
+    diff = run_identity.config_diff(config, reference.to_dict())
+    name = run_identity.run_name(config, reference.to_dict())
+    if diff["missing"] or diff["unknown"] or name != config_path.parent.name:
+      stale.append(f"{config_path.parent.relative_to(ROOT)}: expected folder {name}, "
+                   f"keys missing {diff['missing']}, unknown {diff['unknown']}")
+  assert not stale, "rerun these runs with today's code:\n" + "\n".join(stale)
+
+
+def test_run_names_say_what_differs_from_the_preset():
+  from lra import run_identity
+  from lra.config_loading import default_run_dir, resolve_config
+  plain = resolve_config("listops", "latte", "demo")
+  assert default_run_dir(plain, Path("r")) == Path("r/runs/listops/latte/demo_seed0")
+  vapor = resolve_config("listops", "latte", "demo", ["mixers.latte.vapor=true", "train.seed=2",
+                                                      "train.num_steps=4e3"])
+  # num_steps=4e3 is the preset's own value: only the real change names the folder.
+  assert default_run_dir(vapor, Path("r")).name == "demo+mixers.latte.vapor=True_seed2"
+  # Another mixer's settings are not part of a latte run's identity.
+  other = resolve_config("listops", "latte", "demo", ["mixers.luna.packed_len=3"])
+  assert default_run_dir(other, Path("r")).name == "demo_seed0"
+  assert (run_identity.config_fingerprint(other.to_dict()) ==
+          run_identity.config_fingerprint(plain.to_dict()))
+  many = resolve_config("listops", "latte", "demo", [f"model.{k}=3" for k in (
+      "num_layers", "dim", "num_heads", "mlp_dim")] + ["train.learning_rate=0.5"])
+  name = default_run_dir(many, Path("r")).name
+  assert name.startswith("demo+cfg-") and name.endswith("_seed0") and len(name) < 30
+
+
 def test_sweep_plans_skips_and_emits_slurm(grid, tmp_path, capsys):
   res, _ = grid
   (res / "runs" / "listops" / "latte" / "paper_seed3" / "checkpoints").mkdir(parents=True)
   jobs = sweep.plan(["listops"], ["latte", "softmax"], [0, 1, 3], preset="paper",
-                    results_dir=res, overrides=["train.num_steps=7"])
+                    results_dir=res)
   states = {(j.mixer, j.seed): j.state for j in jobs}
   assert states == {("latte", 0): "complete", ("latte", 1): "complete", ("latte", 3): "partial",
                     ("softmax", 0): "diverged", ("softmax", 1): "partial",
                     ("softmax", 3): "new"}
-  assert jobs[2].argv[-2:] == ("--config.train.seed=3", "--config.train.num_steps=7")
+  # Overrides make another experiment: its own folders, so nothing of the above is skipped.
+  changed = sweep.plan(["listops"], ["latte"], [0, 3], preset="paper", results_dir=res,
+                       overrides=["train.num_steps=7"])
+  assert [(j.run_dir.name, j.state) for j in changed] == [
+      ("paper+train.num_steps=7_seed0", "new"), ("paper+train.num_steps=7_seed3", "new")]
+  assert changed[1].argv[-2:] == ("--config.train.seed=3", "--config.train.num_steps=7")
   assert main(["sweep", "--tasks", "listops", "--mixers", "latte", "softmax", "--seeds", "0",
                "1", "3", "--results-dir", str(res)]) == 0
   printed = capsys.readouterr().out.splitlines()

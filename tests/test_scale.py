@@ -31,6 +31,11 @@ def data_dir(tmp_path_factory):
   return root
 
 
+def _smoke_data(data_dir):
+  return PreparedData(run.data_cache_dir(run.resolve_config("listops", "softmax", "smoke"),
+                                         data_dir))
+
+
 def _lra(args, devices=1, **popen):
   env = dict(os.environ)
   env["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={devices} "
@@ -134,7 +139,7 @@ def test_sigkill_and_sigint_then_resume_give_identical_scores(data_dir, tmp_path
 
 def _smoke_state(tmp_path, data_dir, overrides=(), tx=None):
   config = run.resolve_config("listops", "latte", "smoke", ["model.dropout=0.0", *overrides])
-  data = PreparedData(data_dir / "listops_smoke")
+  data = _smoke_data(data_dir)
   model = train.build_model(config, data.spec)
   params = model.init(jax.random.PRNGKey(0), train._example_batch(data.spec, 1),
                       deterministic=True)["params"]
@@ -221,7 +226,7 @@ def test_non_finite_loss_stops_with_diverged(data_dir, tmp_path):
 
 
 def test_host_slices_of_batches_rebuild_the_global_batch(data_dir):
-  data = PreparedData(data_dir / "listops_smoke")
+  data = _smoke_data(data_dir)
   shards = [(0, 8), (8, 16), (16, 24)]  # three hosts, eight rows each
   test = data.split("test")
   whole = list(eval_batches(test, data.spec, 24))

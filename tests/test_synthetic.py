@@ -41,7 +41,8 @@ def test_runner_generates_the_cache_from_the_config(tmp_path):
   test = data.split("test")
   assert not np.array_equal(np.asarray(test["inputs"]), np.asarray(data.split("val")["inputs"]))
   # Re-preparing with the same recipe keeps the cache; another recipe rebuilds it.
-  assert synthetic.prepare(tmp_path / "synthetic_smoke_raw", data.cache_dir) == data.meta
+  raw_dir = data.cache_dir.with_name(data.cache_dir.name + "_raw")
+  assert synthetic.prepare(raw_dir, data.cache_dir) == data.meta
   meta = synthetic.prepare(tmp_path / "nowhere", tmp_path / "other", seq_len=48, num_train=10)
   assert meta["seq_len"] == 48 and meta["splits"]["train"] == 10
   assert json.loads((tmp_path / "other" / "meta.json").read_text()) == meta

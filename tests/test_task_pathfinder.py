@@ -191,7 +191,7 @@ def _smoke(tmp_path, task, side, capsys):
   # The smoke preset would generate its own set; point it at the copy prepared above.
   assert main(["run", task, "softmax", "--preset", "smoke", "--data-dir", str(data),
                "--run-dir", str(run_dir), "--quiet", f"--config.data.cache_name={task}",
-               "--config.train.num_steps=2"]) == 0
+               "--config.data.generate=False", "--config.train.num_steps=2"]) == 0
   final = json.loads((run_dir / "final.json").read_text())
   assert final["status"] == "complete" and final["step"] == 2
   assert final["seq_len"] == side * side

@@ -7,9 +7,13 @@ import numpy as np
 import pytest
 
 from lra import run, train
-from lra.config_loading import apply_overrides, load_config
+from lra.config_loading import apply_overrides, data_cache_dir, load_config
 from lra.writers import read_metrics
 from tasks.cache import PreparedData, eval_batches
+
+
+def _smoke_cache(data_dir):
+  return data_cache_dir(load_config("listops", "smoke"), data_dir)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +45,7 @@ def test_run_directory_is_complete_and_consistent(smoke_run):
   assert [r["step"] for r in rows if "val/accuracy" in r] == [2, 4]
   assert all(np.isfinite(r["train/loss"]) for r in rows if "train/loss" in r)
   # The parameter count is the model's as rebuilt from config.json.
-  data = PreparedData(root / "data" / "listops_smoke")
+  data = PreparedData(_smoke_cache(root / "data"))
   model = train.build_model(ml_collections.ConfigDict(config), data.spec)
   params = model.init(jax.random.PRNGKey(0), train._example_batch(data.spec, 1),
                       deterministic=True)
@@ -61,7 +65,7 @@ def test_rerunning_a_complete_run_does_not_train_again(smoke_run):
 
 def test_eval_batches_count_every_example_once(smoke_run):
   root, _ = smoke_run
-  data = PreparedData(root / "data" / "listops_smoke")
+  data = PreparedData(_smoke_cache(root / "data"))
   arrays = data.split("test")
   batches = list(eval_batches(arrays, data.spec, 24))  # 64 examples -> 24 + 24 + 16 (+8 filler)
   assert sum(b["weight"].sum() for b in batches) == len(arrays["label"])
@@ -89,3 +93,16 @@ def test_every_preset_loads_locked():
       config.train.not_a_key = 1
   with pytest.raises(ValueError, match="Valid presets"):
     load_config("listops", "huge")
+
+
+def test_generated_data_has_a_cache_per_recipe(tmp_path):
+  demo = load_config("listops", "demo")
+  again = load_config("listops", "demo")
+  apply_overrides(again, ["train.num_steps=5"])  # not a data setting: same cache
+  deeper = load_config("listops", "demo")
+  apply_overrides(deeper, ["data.generator.max_depth=6"])
+  assert data_cache_dir(demo, tmp_path) == data_cache_dir(again, tmp_path)
+  assert data_cache_dir(deeper, tmp_path) != data_cache_dir(demo, tmp_path)
+  assert data_cache_dir(demo, tmp_path).name.startswith("listops_demo-")
+  # Prepared (not generated) data keeps its plain folder: `lra data prepare` writes there.
+  assert data_cache_dir(load_config("listops", "paper"), tmp_path) == tmp_path / "listops"
