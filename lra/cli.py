@@ -126,7 +126,24 @@ def build_parser() -> argparse.ArgumentParser:
   insp.add_argument("--preset", default="paper", help="whose cache to read (demo/smoke: "
                     "their generated data)")
   insp.add_argument("--cache-name")
+  _let_global_flags_through(parser)
   return parser
+
+
+def _let_global_flags_through(parser: argparse.ArgumentParser) -> None:
+  """`lra --data-dir D data prepare ...` must use D: a subcommand's own default for a flag the
+  top level also has would otherwise overwrite it silently. Subcommands keep the flag, without a
+  default of their own (the top level's, which is the same, applies)."""
+  shared = {a.dest for a in parser._actions if a.option_strings}  # pylint: disable=protected-access
+  pending = [parser]
+  while pending:
+    for action in pending.pop()._actions:  # pylint: disable=protected-access
+      if isinstance(action, argparse._SubParsersAction):  # pylint: disable=protected-access
+        for sub in action.choices.values():
+          for a in sub._actions:  # pylint: disable=protected-access
+            if a.option_strings and a.dest in shared and a.dest != "help":
+              a.default = argparse.SUPPRESS
+          pending.append(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -77,3 +77,23 @@ def test_bare_demo_trains_under_results_local(tmp_path, capsys):
   assert final["status"] == "complete" and final["mixer"] == "latte"
   assert "points over the majority class" in capsys.readouterr().out
   assert sorted(p.name for p in committed.iterdir()) == ["config.json"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["data", "prepare", "text", "--source", "s"],
+    ["data", "inspect", "listops"],
+    ["run", "listops", "latte"],
+    ["sweep", "--tasks", "listops", "--mixers", "latte"],
+])
+def test_flags_before_the_subcommand_are_not_overwritten(argv):
+  """`lra --data-dir D data prepare ...` once wrote to ~/.cache/lra: the subcommand's own
+  default replaced the top-level flag. Either position must work, the later one winning."""
+  from pathlib import Path
+
+  from lra.cli import build_parser
+  parser = build_parser()
+  before = parser.parse_args(["--data-dir", "/top", "--preset", "demo", *argv])
+  assert before.data_dir == Path("/top") and before.preset == "demo"
+  after = parser.parse_args(["--data-dir", "/top", *argv, "--data-dir", "/sub"])
+  assert after.data_dir == Path("/sub")
+  assert parser.parse_args(argv).data_dir is None and parser.parse_args(argv).preset == "paper"
