@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
   bench.add_argument("--json", type=Path, help="write the records here")
   bench.add_argument("--md", type=Path, help="write the Markdown table here")
   bench.add_argument("--plot", type=Path, help="write the log-log time/memory plot here (PNG)")
+  bench.add_argument("--readme", type=Path, help="also write the per-mixer summary into this "
+                     "README, between <!-- lra-bench:start --> and <!-- lra-bench:end -->")
   bench.add_argument("--in-process", action="store_true", help="measure every record in this "
                      "process (faster; peak RSS is then cumulative)")
 

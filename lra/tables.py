@@ -339,12 +339,16 @@ def readme_block(files: dict[str, str]) -> str:
           f"edit between these markers. -->\n\n{body.rstrip()}\n\n{README_END}")
 
 
-def splice_readme(readme: str, block: str, path: Path) -> str:
-  start, end = readme.find(README_START), readme.find(README_END)
+def splice_readme(readme: str, block: str, path: Path, markers: tuple[str, str] = (
+    README_START, README_END), command: str = "lra table") -> str:
+  """`readme` with the text from the start marker to the end marker (both kept, as `block`
+  starts and ends with them) replaced by `block`."""
+  start_marker, end_marker = markers
+  start, end = readme.find(start_marker), readme.find(end_marker)
   if start < 0 or end < start:
-    raise ValueError(f"{path}: expected the markers {README_START} and {README_END} around the "
-                     "generated table; add them to the Results section and rerun `lra table`.")
-  return readme[:start] + block + readme[end + len(README_END):]
+    raise ValueError(f"{path}: expected the markers {start_marker} and {end_marker} around the "
+                     f"generated table; add them to the README and rerun `{command}`.")
+  return readme[:start] + block + readme[end + len(end_marker):]
 
 
 def write(results_dir: Path, readme: Path | None = None) -> list[Path]:

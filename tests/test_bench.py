@@ -27,7 +27,9 @@ def test_exponent_and_ratios_from_known_records():
 
 def test_cli_records_table_plot_and_memory_growth(tmp_path, capsys):
   out = tmp_path / "bench"
-  code = main(["bench", "--mixers", "softmax,latte", "--lengths", "64,256", "--batch", "1",
+  readme = tmp_path / "README.md"
+  readme.write_text("intro\n<!-- lra-bench:start -->\nstale\n<!-- lra-bench:end -->\nafter\n")
+  code = main(["bench", "--readme", str(readme), "--mixers", "softmax,latte", "--lengths", "64,256", "--batch", "1",
                "--dim", "16", "--layers", "1", "--heads", "2", "--steps", "2", "--warmup", "1",
                "--min-time", "0",
                "--in-process", "--matmul-n", "128", "--json", str(out / "b.json"),
@@ -45,6 +47,10 @@ def test_cli_records_table_plot_and_memory_growth(tmp_path, capsys):
   assert "| softmax | 256 |" in table and "| 1.00 | 1.000 |" in table  # softmax vs itself
   assert (out / "b.png").read_bytes()[:4] == b"\x89PNG"
   assert "| softmax | 64 |" in capsys.readouterr().out
+  spliced = readme.read_text()
+  assert spliced.startswith("intro\n<!-- lra-bench:start -->") and spliced.endswith(
+      "<!-- lra-bench:end -->\nafter\n")
+  assert "stale" not in spliced and "| latte |" in spliced and "T=64,256" in spliced
 
   # XLA's memory analysis is deterministic, so comparing growth between two lengths is fair:
   # latte at most linear in T (parameters and optimizer state are fixed), softmax well beyond.
