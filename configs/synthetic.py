@@ -35,9 +35,9 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   c.mixers.latte_macchiato.num_latents = 8 if small else 16
   c.mixers.latte_macchiato.window = 8 if small else 16
   c.mixers.performer.num_features = 16 if small else 64
-  # Linformer keeps its default k=256 (= T here): with k=32 its fixed length projections must
-  # keep the last real token of every length from 32 to 256 in 32 rows, and it reached only
-  # 26.5% (2026-11-23); a mixer's defaults are what the task should test.
+  # Linformer keeps its default k=256 (= T). It does not learn this task (26.5% with k=32, about
+  # 25% with k=256, 2026-11-23), most likely because its fixed length projections weigh the last
+  # real token by E[:, t], a factor that changes with the position t where the sequence ends.
   c.mixers.linformer.proj_len = 8 if small else 256
   c.mixers.luna.packed_len = 8 if small else 16
   if preset == "lra":
