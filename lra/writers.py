@@ -72,13 +72,17 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 def git_sha(cwd: Path | None = None) -> str:
-  """The commit of the code that ran, with '-dirty' when it had uncommitted changes."""
+  """The commit of the code that ran, with '-dirty' when it had uncommitted changes outside
+  results/."""
   cwd = cwd or Path(__file__).resolve().parent
   try:
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
                          check=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                           capture_output=True, text=True, check=True).stdout.strip()
+    # Results are written by runs and tables, not code: a deleted or regenerated result file
+    # must not mark the code that ran as modified.
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":(top,exclude)results"], cwd=cwd, capture_output=True, text=True,
+                           check=True).stdout.strip()
     return sha + ("-dirty" if dirty else "")
   except (OSError, subprocess.CalledProcessError):
     return "unknown"

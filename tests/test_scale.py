@@ -171,7 +171,7 @@ def test_accumulating_micro_batches_equals_one_larger_batch(data_dir, tmp_path):
                delta(four), delta(one))
 
 
-def test_remat_changes_memory_not_maths(data_dir, tmp_path):
+def test_remat_recomputes_blocks_without_changing_the_maths(data_dir, tmp_path):
   grads = {}
   for remat in (False, True):
     _, _, model, state, batch = _smoke_state(tmp_path, data_dir, [f"model.remat={remat}"])
