@@ -1,6 +1,7 @@
 """Pathfinder generator parameters: one table per resolution, one contour length per difficulty.
 
-Values follow /work/shared/DATA.md (the LRA "hard" settings of Linsley et al.'s snakes generator).
+Values follow DATA.md in the shared folder beside the repository (the LRA "hard" settings of
+Linsley et al.'s snakes generator).
 """
 from __future__ import annotations
 
