@@ -80,8 +80,8 @@ def git_sha(cwd: Path | None = None) -> str:
                          check=True).stdout.strip()
     # Results are written by runs and tables, not code: a deleted or regenerated result file
     # must not mark the code that ran as modified.
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                            ":(top,exclude)results"], cwd=cwd, capture_output=True, text=True,
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                            ":(top)", ":(top,exclude)results"], cwd=cwd, capture_output=True, text=True,
                            check=True).stdout.strip()
     return sha + ("-dirty" if dirty else "")
   except (OSError, subprocess.CalledProcessError):
