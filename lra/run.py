@@ -46,7 +46,10 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
   run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir)
   previous = run_dir / "config.json"
   if previous.exists():
-    diff = run_identity.config_diff(json.loads(previous.read_text()), config.to_dict())
+    stored = json.loads(previous.read_text())
+    diff = run_identity.config_diff(stored, config.to_dict())
+    if stored.get("train", {}).get("seed") != config.train.seed:  # config_diff leaves seeds out
+      diff["changed"].append(f"train.seed={stored.get('train', {}).get('seed')}")
     if any(diff.values()):
       raise FileExistsError(
           f"{run_dir} holds a run with a different config ({_describe(diff)}); pass --run-dir "

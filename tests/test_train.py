@@ -61,6 +61,11 @@ def test_rerunning_a_complete_run_does_not_train_again(smoke_run):
   with pytest.raises(FileExistsError, match="different config"):
     run.run("listops", "softmax", preset="smoke", data_dir=root / "data", run_dir=root / "run",
             progress=False, overrides=["train.num_steps=5"])
+  # Another seed in the same folder is another run too (run names carry the seed; --run-dir not).
+  base = ["train.num_steps=4", "eval.every_steps=2", "train.log_every_steps=1"]
+  with pytest.raises(FileExistsError, match="train.seed"):
+    run.run("listops", "softmax", preset="smoke", data_dir=root / "data", run_dir=root / "run",
+            progress=False, overrides=[*base, "train.seed=7"])
 
 
 def test_eval_batches_count_every_example_once(smoke_run):
