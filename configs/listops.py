@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import common
+from lra.configs import common
 
 NUM_TRAIN = 96_000  # release / generator default
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import common
+from lra.configs import common
 
 NUM_TRAIN = 160_000  # 80% of the 200k release images
 

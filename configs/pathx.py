@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import pathfinder
+from lra.configs import pathfinder
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:

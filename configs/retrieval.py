@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import common
+from lra.configs import common
 
 NUM_TRAIN = 147_086
 

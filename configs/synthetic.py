@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import common
+from lra.configs import common
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import common
+from lra.configs import common
 
 NUM_TRAIN = 25_000
 

@@ -19,14 +19,16 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from flax.training.train_state import TrainState
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from configs import common
+from lra.configs import common
 from lra import optim, writers
 from lra.config_loading import apply_overrides
-from lra.train import TrainState, build_model, make_steps
-from models.mixers import get_mixer
-from tasks.spec import TaskSpec
+from lra.models.build import build_model
+from lra.train import make_steps
+from lra.models.mixers import get_mixer
+from lra.tasks.contract.spec import TaskSpec
 
 # The Latte paper's Text protocol (DATA.md): 6 layers, D=256, 4 heads, MLP 4D, L=D, batch 32.
 DEFAULTS = dict(dim=256, num_layers=6, num_heads=4, batch_size=32)
@@ -396,5 +398,5 @@ def main(args, overrides: Sequence[str]) -> int:
 
 
 def _all_mixers() -> list[str]:
-  from models.mixers import MIXERS
+  from lra.models.mixers import MIXERS
   return [BASELINE] + [m for m in MIXERS if m != BASELINE]

@@ -155,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = build_parser().parse_args(argv)
   try:
     return _dispatch(args, overrides)
-  except (KeyError, ValueError, FileNotFoundError, FileExistsError, NotImplementedError) as e:
+  except (KeyError, ValueError, FileNotFoundError, FileExistsError) as e:
     message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
     print(f"lra: error: {message}", file=sys.stderr)
     return 2

@@ -12,21 +12,14 @@ from typing import Sequence
 import ml_collections
 
 from lra import run_identity
-from tasks import TASKS
+from lra.tasks import TASKS
 
 
 def load_config(task: str, preset: str = "paper") -> ml_collections.ConfigDict:
   """`configs/<task>.py:get_config(preset)`, or an error naming what exists."""
   if task not in TASKS:
     raise KeyError(f"Unknown task '{task}'. Valid tasks: {', '.join(sorted(TASKS))}")
-  try:
-    module = importlib.import_module(f"configs.{task}")
-  except ModuleNotFoundError as e:
-    if e.name != f"configs.{task}":
-      raise
-    raise NotImplementedError(f"Task '{task}' has no config yet (configs/{task}.py); it is not "
-                              "built in this version of the suite. See `lra list`.") from None
-  return module.get_config(preset)
+  return importlib.import_module(f"lra.configs.{task}").get_config(preset)
 
 
 def resolve_config(task: str, mixer: str, preset: str = "paper",

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from configs.common import PRESETS
+from lra.configs.common import PRESETS
 from lra.run import default_data_dir
-from models.mixers import MIXERS, describe
-from tasks import TASKS, get_task
-from tasks.cache import PreparedData
+from lra.models.mixers import MIXERS, describe
+from lra.tasks import TASKS, get_task
+from lra.tasks.contract.cache import PreparedData
 
 
 def print_list() -> None:
@@ -65,7 +65,7 @@ def dispatch(args: argparse.Namespace) -> int:
 
 def generate(args: argparse.Namespace) -> int:
   if args.generator == "listops":
-    from tasks import listops_generator
+    from lra.tasks.generators import listops as listops_generator
     out = listops_generator.write_release(
         args.out, num_train=args.num_train, num_val=args.num_val, num_test=args.num_test,
         min_length=args.min_length, max_length=args.max_length, max_depth=args.max_depth,
@@ -74,7 +74,7 @@ def generate(args: argparse.Namespace) -> int:
           f"next: lra data prepare listops --source {out}")
     return 0
   if args.generator == "pathfinder":
-    from tasks import pathfinder_generator
+    from lra.tasks.generators.pathfinder import generate as pathfinder_generator
     curv = pathfinder_generator.generate(
         args.out, resolution=args.resolution, difficulty=args.difficulty,
         num_images=args.num_images, seed=args.seed, workers=args.workers, stats=args.stats)

@@ -11,8 +11,8 @@ import ml_collections
 
 from lra import run_identity, train
 from lra.config_loading import data_cache_dir, default_run_dir, resolve_config
-from tasks import get_task
-from tasks.cache import DataMissingError, PreparedData
+from lra.tasks import get_task
+from lra.tasks.contract.cache import DataMissingError, PreparedData
 
 
 def default_data_dir() -> Path:
@@ -23,7 +23,6 @@ def load_data(config: ml_collections.ConfigDict, data_dir: Path,
               log=lambda msg: print(msg, file=sys.stderr)) -> PreparedData:
   """The prepared cache for this config; small presets generate theirs when it is missing."""
   task = get_task(config.task)
-  task.require_built()
   cache_dir = data_cache_dir(config, data_dir)
   try:
     return PreparedData(cache_dir, hint=task.data_hint)

@@ -1,8 +1,13 @@
 """The one train loop: any task, any mixer, one device or many (jit over a 1-D `data` mesh).
 
-`train_and_evaluate(config, data, run_dir)` trains, evaluates on val every `eval.every_steps`,
-tests at the best validation step and at the last step, writes the run directory and returns
-final.json's contents.
+`train_and_evaluate(config, data, run_dir)` runs four phases, each a function below:
+  1. `setup`: the mesh, the model (lra.models.build), the optimizer and the jitted steps;
+  2. `restore_or_init`: a fresh state, or the run's latest checkpoint. Resume order: the latest
+     saved step wins; the data order and the dropout masks are functions of (seed, step), so the
+     state and a little bookkeeping (`Book`) are all a resumed run needs to continue exactly;
+  3. `_loop`: train steps; at log points the train metrics, at eval points val and test, at
+     checkpoint points a save; a stop request (Ctrl-C, SIGTERM) saves and returns;
+  4. `RunFiles.final`: final.json with the status, both reported statistics and provenance.
 """
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
@@ -19,38 +24,19 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-from flax.training import train_state
+from flax.training.train_state import TrainState
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra import checkpoints, distributed, interrupts, optim, writers
-from models.encoder import Classifier, Encoder
-from tasks.cache import PreparedData, eval_batches, train_batches
-from tasks.spec import TaskSpec
+from lra.models.build import build_model
+from lra.tasks.contract.batches import eval_batches, train_batches
+from lra.tasks.contract.cache import PreparedData
+from lra.tasks.contract.spec import TaskSpec
 
 
-class TrainState(train_state.TrainState):
-  pass
-
-
-DTYPES = ("float32", "bfloat16")
-
-
-def build_model(config: ml_collections.ConfigDict, spec: TaskSpec) -> nn.Module:
-  """The classifier for this task's spec; sizes from the config, shapes from the task."""
-  m = config.model
-  if m.dtype not in DTYPES:
-    raise ValueError(f"model.dtype must be one of {DTYPES}, got {m.dtype!r}")
-  encoder = Encoder(vocab_size=spec.vocab_size, max_len=spec.seq_len, dim=m.dim,
-                    num_layers=m.num_layers, num_heads=m.num_heads, mlp_dim=m.mlp_dim,
-                    dropout_rate=m.dropout, mixer=m.mixer,
-                    mixer_config=config.mixers[m.mixer].to_dict(), embedding=m.embedding,
-                    pos_encoding=m.pos_encoding, pooling=m.pooling, dtype=m.dtype,
-                    remat=m.remat, block=m.block)
-  return Classifier(encoder=encoder, num_classes=spec.num_classes, dual=spec.dual)
-
-
-def _example_batch(spec: TaskSpec, batch_size: int) -> dict[str, np.ndarray]:
+def example_batch(spec: TaskSpec, batch_size: int) -> dict[str, np.ndarray]:
+  """Zeros shaped like a batch of this task (for `model.init`)."""
   keys = ("1", "2") if spec.dual else ("",)
   batch = {}
   for k in keys:
@@ -119,21 +105,6 @@ def make_steps(model: nn.Module, mesh: jax.sharding.Mesh, dropout_seed: int,
           jax.jit(eval_step, out_shardings=replicated))
 
 
-def evaluate(eval_step, state, data: PreparedData, split: str, batch_size: int,
-             put) -> dict[str, float]:
-  """Weighted accuracy and loss over a split; `put(batch, rows)` builds the global batch."""
-  totals = {"loss_sum": 0.0, "correct_sum": 0.0, "count": 0.0}
-  rows = put.rows(batch_size)
-  for batch in eval_batches(data.split(split), data.spec, batch_size, rows):
-    sums = jax.device_get(eval_step(state, put(batch, batch_size)))
-    for key in totals:
-      totals[key] += float(sums[key])
-  count = max(totals["count"], 1.0)
-  return {f"{split}/loss": totals["loss_sum"] / count,
-          f"{split}/accuracy": totals["correct_sum"] / count,
-          f"{split}/num_examples": int(totals["count"])}
-
-
 class BatchPlacer:
   """Turns this process's rows of a batch into global arrays sharded over `data`."""
 
@@ -147,6 +118,127 @@ class BatchPlacer:
     return distributed.global_batch(local, self.sharding, global_rows)
 
 
+# ---------------------------------------------------------------------------------------------
+# 1. Setup: devices, model, optimizer, steps.
+
+@dataclasses.dataclass
+class Setup:
+  """What every phase needs: the mesh, the batch placer, the model and its jitted steps."""
+  mesh: jax.sharding.Mesh
+  put: BatchPlacer
+  model: nn.Module
+  tx: optax.GradientTransformation
+  train_step: Callable
+  eval_step: Callable
+
+  @property
+  def replicated(self) -> NamedSharding:
+    return NamedSharding(self.mesh, P())
+
+
+def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
+  """Checks the batch sizes against the devices, then builds the model and its steps."""
+  tc = config.train
+  if tc.grad_accum_steps < 1:
+    raise ValueError(f"train.grad_accum_steps must be >= 1, got {tc.grad_accum_steps}")
+  distributed.check_divisible("train.batch_size", tc.batch_size,
+                              jax.device_count() * tc.grad_accum_steps)
+  distributed.check_divisible("eval.batch_size", config.eval.batch_size, jax.device_count())
+  mesh = distributed.data_mesh()
+  model = build_model(config, spec)
+  train_step, eval_step = make_steps(model, mesh, dropout_seed=tc.seed + 1,
+                                     grad_accum_steps=tc.grad_accum_steps)
+  return Setup(mesh=mesh, put=BatchPlacer(mesh), model=model,
+               tx=optim.make_optimizer(tc), train_step=train_step, eval_step=eval_step)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. State: fresh or restored.
+
+@dataclasses.dataclass
+class Book:
+  """Run bookkeeping saved beside the state in every checkpoint (as JSON).
+
+  Attributes:
+    best_val: the evaluation with the best val accuracy so far, with test accuracy at that step
+      (the statistic the LRA paper reports).
+    best_test: the evaluation with the best test accuracy so far (what the Latte papers report).
+    wall_time_s: training wall time before this process started.
+    window: the partial sums of the current metrics window, so the first log line after a resume
+      sums the same steps (in the same order) as an uninterrupted run's.
+    window_steps: steps in that window.
+  """
+  best_val: dict = dataclasses.field(default_factory=lambda: {
+      "step": -1, "val/accuracy": -1.0, "test/accuracy": None})
+  best_test: dict = dataclasses.field(default_factory=lambda: {
+      "step": -1, "test/accuracy": None})
+  wall_time_s: float = 0.0
+  window: dict | None = None
+  window_steps: int = 0
+
+  @classmethod
+  def from_json(cls, saved: dict) -> "Book":
+    saved = dict(saved)
+    if "best" in saved:  # checkpoints written before both statistics were kept
+      saved["best_val"] = saved.pop("best")
+    return cls(**{f.name: saved[f.name] for f in dataclasses.fields(cls) if f.name in saved})
+
+  def record_eval(self, step: int, metrics: dict[str, float]) -> bool:
+    """Updates both bests from one evaluation; returns whether val improved."""
+    test = metrics.get("test/accuracy")
+    if test is not None and (self.best_test["test/accuracy"] is None
+                             or test > self.best_test["test/accuracy"]):
+      self.best_test = {"step": step, "test/accuracy": test}
+    if metrics["val/accuracy"] > self.best_val["val/accuracy"]:
+      self.best_val = {"step": step, "val/accuracy": metrics["val/accuracy"],
+                       "test/accuracy": test}
+      return True
+    return False
+
+
+def init_state(s: Setup, spec: TaskSpec, seed: int) -> TrainState:
+  """Fresh parameters and optimizer state, replicated over the mesh."""
+  def create(key):
+    params = s.model.init(key, example_batch(spec, 1), deterministic=True)["params"]
+    return TrainState.create(apply_fn=s.model.apply, params=params, tx=s.tx)
+  return jax.jit(create, out_shardings=s.replicated)(jax.random.PRNGKey(seed))
+
+
+def restore_or_init(s: Setup, spec: TaskSpec, seed: int, ckpt: checkpoints.Checkpointer,
+                    *, best: bool = False) -> tuple[TrainState, Book, int]:
+  """The latest (or, with `best`, the best-validation) checkpoint, else a fresh state at step 0."""
+  state = init_state(s, spec, seed)
+  step = (ckpt.best_step() if best else ckpt.latest_step()) or 0
+  if not step:
+    return state, Book(), 0
+  abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
+                          state)
+  state, saved = ckpt.restore(step, abstract, best=best)
+  return state, Book.from_json(saved), step
+
+
+def num_params(state: TrainState) -> int:
+  return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(state.params))
+
+
+def evaluate(s: Setup, state: TrainState, data: PreparedData, split: str,
+             batch_size: int) -> dict[str, float]:
+  """Weighted accuracy and loss over a split, every example counted once."""
+  totals = {"loss_sum": 0.0, "correct_sum": 0.0, "count": 0.0}
+  rows = s.put.rows(batch_size)
+  for batch in eval_batches(data.split(split), data.spec, batch_size, rows):
+    sums = jax.device_get(s.eval_step(state, s.put(batch, batch_size)))
+    for key in totals:
+      totals[key] += float(sums[key])
+  count = max(totals["count"], 1.0)
+  return {f"{split}/loss": totals["loss_sum"] / count,
+          f"{split}/accuracy": totals["correct_sum"] / count,
+          f"{split}/num_examples": int(totals["count"])}
+
+
+# ---------------------------------------------------------------------------------------------
+# Run files and progress.
+
 def label_baselines(data: PreparedData) -> dict[str, float]:
   """Chance (1/C) and majority-class accuracy (the most frequent train label, scored on test)."""
   train_labels = np.asarray(data.split("train")["label"])
@@ -154,6 +246,43 @@ def label_baselines(data: PreparedData) -> dict[str, float]:
   majority = int(np.bincount(train_labels, minlength=data.spec.num_classes).argmax())
   return {"chance_accuracy": 1.0 / data.spec.num_classes,
           "majority_accuracy": float(np.mean(test_labels == majority)), "majority_class": majority}
+
+
+class RunFiles:
+  """config.json, metrics.jsonl and final.json of one run; only process 0 writes them."""
+
+  def __init__(self, config: ml_collections.ConfigDict, data: PreparedData, run_dir: Path,
+               resume_step: int, params: int):
+    self.config, self.data, self.run_dir = config, data, run_dir
+    self.lead = jax.process_index() == 0
+    self.num_params = params
+    if self.lead:
+      run_dir.mkdir(parents=True, exist_ok=True)
+      writers.write_json_atomic(run_dir / "config.json", config.to_dict())
+    self.metrics = writers.MetricsWriter(run_dir / "metrics.jsonl", resume_step or None,
+                                         enabled=self.lead)
+    self.context = {**label_baselines(data), **writers.environment()}
+
+  def final(self, status: str, step: int, book: Book, last_test: float | None, wall: float,
+            rate: float) -> dict[str, Any]:
+    """Writes final.json (process 0) and returns its dict."""
+    config, spec = self.config, self.data.spec
+    result = {
+        "status": status, "task": config.task, "mixer": config.model.mixer,
+        "preset": config.preset, "seed": config.train.seed, "step": step,
+        "num_steps": config.train.num_steps, "best_step": book.best_val["step"],
+        "val_accuracy": book.best_val["val/accuracy"],
+        "test_accuracy": book.best_val["test/accuracy"],
+        "best_test_accuracy": book.best_test["test/accuracy"],
+        "best_test_step": book.best_test["step"], "test_accuracy_last": last_test,
+        "num_params": self.num_params, "steps_per_s": rate, "wall_time_s": wall,
+        "examples_seen": step * config.train.batch_size, "seq_len": spec.seq_len,
+        "data": {k: self.data.meta.get(k) for k in ("splits", "source", "validation", "options")},
+        "dtype": config.model.dtype, **self.context,
+    }
+    if self.lead:
+      writers.write_json_atomic(self.run_dir / "final.json", result)
+    return result
 
 
 @dataclasses.dataclass
@@ -178,145 +307,100 @@ class Progress:
       print(("\n" if self._tty else "") + text, file=sys.stderr, flush=True)
 
 
+# ---------------------------------------------------------------------------------------------
+# The whole run.
+
 def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, run_dir: Path,
                        *, progress: bool = True) -> dict[str, Any]:
   """Trains `config.model` on `data`, writing config.json, metrics.jsonl and final.json.
 
-  Resumes from the latest checkpoint in `run_dir` if there is one, with the same data order,
-  dropout masks and metrics window, so the scores equal those of an uninterrupted run. Ctrl-C or
+  Resumes from the latest checkpoint in `run_dir` if there is one, so the scores equal those of
+  an uninterrupted run. Evaluates val and test at every eval point and reports both statistics:
+  test accuracy at the best val step, and the best test accuracy over evaluations. Ctrl-C or
   SIGTERM saves a checkpoint and returns status "interrupted"; a non-finite training loss returns
   status "diverged". Every process of a multi-host run calls this; only process 0 writes files.
   Returns final.json's dict.
   """
   run_dir = Path(run_dir)
-  spec, tc = data.spec, config.train
-  lead = jax.process_index() == 0
-  if lead:
-    run_dir.mkdir(parents=True, exist_ok=True)
-  mesh = distributed.data_mesh()
-  accum = tc.grad_accum_steps
-  if accum < 1:
-    raise ValueError(f"train.grad_accum_steps must be >= 1, got {accum}")
-  distributed.check_divisible("train.batch_size", tc.batch_size, jax.device_count() * accum)
-  distributed.check_divisible("eval.batch_size", config.eval.batch_size, jax.device_count())
-  put = BatchPlacer(mesh)
-  replicated = NamedSharding(mesh, P())
-
-  model = build_model(config, spec)
-  tx = optim.make_optimizer(tc)
-
-  def init_state(key):
-    params = model.init(key, _example_batch(spec, 1), deterministic=True)["params"]
-    return TrainState.create(apply_fn=model.apply, params=params, tx=tx)
-  state = jax.jit(init_state, out_shardings=replicated)(jax.random.PRNGKey(tc.seed))
-  num_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(state.params))
-  train_step, eval_step = make_steps(model, mesh, dropout_seed=tc.seed + 1,
-                                     grad_accum_steps=accum)
-
+  s = setup(config, data.spec)
   ckpt = checkpoints.Checkpointer(run_dir, keep=config.checkpoint.keep)
-  start_step = ckpt.latest_step() or 0
-  book = {"best": {"step": -1, "val/accuracy": -1.0, "test/accuracy": None},
-          "wall_time_s": 0.0, "window": None, "window_steps": 0}
-  if start_step:
-    state, restored = ckpt.restore(start_step, jax.tree.map(
-        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state))
-    book.update(restored)
-  best = book["best"]
-  if lead:
-    writers.write_json_atomic(run_dir / "config.json", config.to_dict())
-  writer = writers.MetricsWriter(run_dir / "metrics.jsonl", start_step if start_step else None,
-                                 enabled=lead)
-  env = writers.environment()
-  baselines = label_baselines(data)
-  bar = Progress(tc.num_steps, enabled=progress and lead)
-  if start_step:
-    bar.message(f"resuming {run_dir} from step {start_step}")
+  try:
+    state, book, start_step = restore_or_init(s, data.spec, config.train.seed, ckpt)
+    files = RunFiles(config, data, run_dir, start_step, num_params(state))
+    bar = Progress(config.train.num_steps, enabled=progress and files.lead)
+    if start_step:
+      bar.message(f"resuming {run_dir} from step {start_step}")
+    return _loop(config, data, s, state, book, start_step, ckpt, files, bar)
+  finally:
+    ckpt.close()
 
-  def final(status: str, step: int, last_test: float | None, wall: float, rate: float):
-    result = {
-        "status": status, "task": config.task, "mixer": config.model.mixer,
-        "preset": config.preset, "seed": tc.seed, "step": step, "num_steps": tc.num_steps,
-        "best_step": best["step"], "val_accuracy": best["val/accuracy"],
-        "test_accuracy": best["test/accuracy"], "test_accuracy_last": last_test,
-        **baselines, "num_params": num_params, "steps_per_s": rate, "wall_time_s": wall,
-        "seq_len": spec.seq_len,
-        "data": {k: data.meta.get(k) for k in ("splits", "source", "validation", "options")},
-        "dtype": config.model.dtype, **env,
-    }
-    if lead:
-      writers.write_json_atomic(run_dir / "final.json", result)
-    return result
 
-  def save(step: int, window, window_steps: int) -> None:
-    # The partial metrics window is saved too, so the first log line after a resume sums the
-    # same steps (in the same order) as an uninterrupted run's.
-    sums = None if window is None else {k: float(v) for k, v in jax.device_get(window).items()}
-    ckpt.save(step, state, {"best": best, "wall_time_s": wall(), "window": sums,
-                            "window_steps": window_steps})
-
-  train_rows = put.rows(tc.batch_size)
-  stream = train_batches(data.split("train"), spec, tc.batch_size, tc.seed, start_step,
-                         train_rows)
-  add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
-  window, window_steps = book["window"], book["window_steps"]
-  if window is not None:
-    window = jax.device_put({k: np.float32(v) for k, v in window.items()}, replicated)
+def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state: TrainState,
+          book: Book, step: int, ckpt: checkpoints.Checkpointer, files: RunFiles,
+          bar: Progress) -> dict[str, Any]:
+  """Phase 3: from `step` to the end of training (or a stop); returns final.json's dict."""
+  tc = config.train
   started = window_start = time.time()
-  previous_wall = float(book["wall_time_s"])
+  previous_wall = book.wall_time_s
   wall = lambda: previous_wall + time.time() - started  # noqa: E731
-  step, last_test, rate = start_step, None, 0.0
-  final("running", step, None, previous_wall, 0.0)
+
+  def save(step: int, window) -> None:
+    book.wall_time_s = wall()
+    book.window = None if window is None else {k: float(v) for k, v in
+                                               jax.device_get(window).items()}
+    ckpt.save(step, state, dataclasses.asdict(book))
+
+  stream = train_batches(data.split("train"), data.spec, tc.batch_size, tc.seed, step,
+                         s.put.rows(tc.batch_size))
+  add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
+  window = (None if book.window is None else
+            jax.device_put({k: np.float32(v) for k, v in book.window.items()}, s.replicated))
+  last_test, rate = None, 0.0
+  files.final("running", step, book, None, previous_wall, 0.0)
   with interrupts.StopRequest() as stop:
     while step < tc.num_steps:
-      state, sums = train_step(state, put(next(stream), tc.batch_size))
+      state, sums = s.train_step(state, s.put(next(stream), tc.batch_size))
       # Summed on the device; fetched only at log points so the host never waits in between.
       window = sums if window is None else add(window, sums)
       step += 1
-      window_steps += 1
+      book.window_steps += 1
       log_point = step % tc.log_every_steps == 0 or step == tc.num_steps
       if log_point:
         totals = jax.device_get(window)
-        rate = window_steps / max(time.time() - window_start, 1e-9)
+        rate = book.window_steps / max(time.time() - window_start, 1e-9)
         count = max(float(totals["count"]), 1.0)
         metrics = {"train/loss": float(totals["loss_sum"]) / count,
                    "train/accuracy": float(totals["correct_sum"]) / count,
                    "train/grad_norm": float(sums["grad_norm"]), "train/steps_per_s": rate}
-        writer.write(step, metrics)
+        files.metrics.write(step, metrics)
         bar.show(step, metrics, rate)
         if not math.isfinite(metrics["train/loss"]):
           bar.message(f"loss is {metrics['train/loss']} at step {step}: stopping (diverged)")
           ckpt.wait()
-          ckpt.close()
-          return final("diverged", step, None, wall(), rate)
-        window, window_steps, window_start = None, 0, time.time()
+          return files.final("diverged", step, book, None, wall(), rate)
+        window, book.window_steps, window_start = None, 0, time.time()
       if step % config.eval.every_steps == 0 or step == tc.num_steps:
-        val = evaluate(eval_step, state, data, "val", config.eval.batch_size, put)
-        if val["val/accuracy"] > best["val/accuracy"]:
-          test = evaluate(eval_step, state, data, "test", config.eval.batch_size, put)
-          best = {"step": step, "val/accuracy": val["val/accuracy"],
-                  "test/accuracy": test["test/accuracy"]}
-          val.update(test)
-          ckpt.save(step, state, {"best": best}, best=True)
+        metrics = {**evaluate(s, state, data, "val", config.eval.batch_size),
+                   **evaluate(s, state, data, "test", config.eval.batch_size)}
+        if book.record_eval(step, metrics):
+          ckpt.save(step, state, dataclasses.asdict(book), best=True)
         if step == tc.num_steps:
-          last_test = (val["test/accuracy"] if "test/accuracy" in val else
-                       evaluate(eval_step, state, data, "test", config.eval.batch_size,
-                                put)["test/accuracy"])
-        writer.write(step, val)
-        bar.message(f"step {step}: val accuracy {val['val/accuracy']:.4f} "
-                    f"(best {best['val/accuracy']:.4f} at step {best['step']})")
+          last_test = metrics["test/accuracy"]
+        files.metrics.write(step, metrics)
+        bar.message(f"step {step}: val accuracy {metrics['val/accuracy']:.4f} (best "
+                    f"{book.best_val['val/accuracy']:.4f} at step {book.best_val['step']}), test "
+                    f"{metrics['test/accuracy']:.4f}")
         window_start = time.time()  # eval time is not training throughput
       if step % config.checkpoint.every_steps == 0 or step == tc.num_steps:
-        save(step, window, window_steps)
+        save(step, window)
       # Multi-host: every process must stop at the same step, so they agree at log points.
       if _stop_agreed(stop.requested, log_point) and step < tc.num_steps:
         bar.message(f"{stop.signal_name} at step {step}: saving a checkpoint and stopping")
-        save(step, window, window_steps)
+        save(step, window)
         ckpt.wait()
-        ckpt.close()
-        return final("interrupted", step, None, wall(), rate)
+        return files.final("interrupted", step, book, None, wall(), rate)
   ckpt.wait()
-  ckpt.close()
-  return final("complete", step, last_test, wall(), rate)
+  return files.final("complete", step, book, last_test, wall(), rate)
 
 
 def _stop_agreed(requested: bool, log_point: bool) -> bool:

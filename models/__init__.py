@@ -1,0 +1,1 @@
+"""The shared bidirectional encoder, its classifier heads, and the pluggable token mixers."""

@@ -6,14 +6,16 @@ same weights and classifies [u, v, u*v, u-v].
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Callable, Mapping
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models.mixers import get_mixer
+# A mixer class with its own settings bound (functools.partial), called with the encoder's sizes:
+# mixer_factory(dim=D, num_heads=H, max_len=T, name=...). The encoder never looks mixers up by name.
+MixerFactory = Callable[..., nn.Module]
 
 
 def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
@@ -63,8 +65,7 @@ class EncoderBlock(nn.Module):
   paper reports 111M (Latte) vs 140M (Latte++) at the LM scale without the split, so the counts
   need not match; the budget can be matched by lowering model.mlp_dim.
   """
-  mixer: str
-  mixer_config: Mapping[str, Any]
+  mixer_factory: MixerFactory
   num_heads: int
   mlp_dim: int
   dropout_rate: float
@@ -74,9 +75,8 @@ class EncoderBlock(nn.Module):
   @nn.compact
   def __call__(self, x, mask, carry, deterministic: bool):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry). `deterministic` is positional for nn.remat."""
-    mixer = get_mixer(self.mixer)(dim=x.shape[-1], num_heads=self.num_heads,
-                                  dropout_rate=self.dropout_rate, max_len=self.max_len,
-                                  **self.mixer_config, name="mixer")
+    mixer = self.mixer_factory(dim=x.shape[-1], num_heads=self.num_heads, max_len=self.max_len,
+                               name="mixer")
     if self.block == "plusplus":
       h = nn.RMSNorm(name="mixer_norm")(x)
       y, carry = mixer(h, mask, deterministic=deterministic, carry=carry)
@@ -116,8 +116,7 @@ class Encoder(nn.Module):
   num_heads: int
   mlp_dim: int
   dropout_rate: float
-  mixer: str
-  mixer_config: Mapping[str, Any]
+  mixer_factory: MixerFactory
   embedding: str = "token"
   pos_encoding: str = "sinusoidal"
   pooling: str = "mean"
@@ -166,7 +165,7 @@ class Encoder(nn.Module):
     # projections have one row per position).
     mixer_max_len = self.max_len + (self.pooling == "cls")
     for i in range(self.num_layers):
-      x, carry = block(self.mixer, self.mixer_config, self.num_heads, self.mlp_dim,
+      x, carry = block(self.mixer_factory, self.num_heads, self.mlp_dim,
                        self.dropout_rate, mixer_max_len, self.block, name=f"block_{i}")(
                            x, mask, carry, deterministic)
     x = nn.LayerNorm(name="final_norm")(x.astype(jnp.float32))

@@ -1,8 +1,9 @@
 """Task registry: `TASKS[name]` is the `Task` of tasks/<name>.py (six LRA tasks + extras)."""
 from __future__ import annotations
 
-from tasks import image, listops, pathfinder, pathx, retrieval, synthetic, text
-from tasks.spec import Task, TaskSpec, TaskNotBuiltError
+from lra.tasks.generators import synthetic
+from lra.tasks.sources import image, listops, pathfinder, pathx, retrieval, text
+from lra.tasks.contract.spec import Task, TaskSpec
 
 TASKS: dict[str, Task] = {
     "listops": listops.TASK,
@@ -23,4 +24,4 @@ def get_task(name: str) -> Task:
     raise KeyError(f"Unknown task '{name}'. Valid tasks: {', '.join(sorted(TASKS))}") from None
 
 
-__all__ = ["TASKS", "Task", "TaskSpec", "TaskNotBuiltError", "get_task"]
+__all__ = ["TASKS", "Task", "TaskSpec", "get_task"]

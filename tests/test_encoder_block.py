@@ -1,17 +1,21 @@
 """The encoder's two block kinds: prenorm (default) and the Latte paper's "++" block."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models.encoder import Encoder
+from lra.models.encoder import Encoder
+from lra.models.mixers.latte import LatteMixer
 
 D, MLP, T = 8, 16, 12
 
 
 def _encoder(block):
   return Encoder(vocab_size=11, max_len=T, dim=D, num_layers=1, num_heads=2, mlp_dim=MLP,
-                 dropout_rate=0.0, mixer="latte", mixer_config={"num_latents": 4}, block=block)
+                 dropout_rate=0.0, mixer_factory=functools.partial(LatteMixer, num_latents=4),
+                 block=block)
 
 
 def _init(block):

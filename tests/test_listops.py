@@ -6,8 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks import listops, listops_generator
-from tasks.cache import DataMissingError, PreparedData
+from lra.tasks.generators import listops as listops_generator
+from lra.tasks.sources import listops
+from lra.tasks.contract.cache import DataMissingError, PreparedData
 
 
 def _evaluate_source(source: str) -> int:
@@ -82,7 +83,7 @@ def test_malformed_row_names_file_and_line(tmp_path, row, problem):
 
 
 def test_vocabulary_is_identical_across_processes():
-  code = ("from tasks import listops; print(listops.TOKEN_IDS); "
+  code = ("from lra.tasks import listops; print(listops.TOKEN_IDS); "
           "print(listops.tokenize('( ( [SM 3 ) ( [MED 1 2 ] ) ] )'))")
   outputs = set()
   for hash_seed in ("0", "1", "12345"):

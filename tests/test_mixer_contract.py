@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs.common import mixer_configs
-from models.mixers import MIXERS
+from lra.configs.common import mixer_configs
+from lra.models.mixers import MIXERS
 
 D, HEADS, T = 16, 2, 24
 EXTRA_PADS = 8  # appended in the padding test; max_len covers it, as a task's seq_len would
@@ -23,7 +23,7 @@ def _build(name):
   assert name in cfg, f"mixer '{name}' has no block in configs.common.mixer_configs()"
   small = {k: (min(v, 8) if isinstance(v, int) and not isinstance(v, bool) and k not in
                ("window", "seed") else v) for k, v in cfg[name].to_dict().items()}
-  return MIXERS[name](dim=D, num_heads=HEADS, dropout_rate=0.0, max_len=T + EXTRA_PADS,
+  return MIXERS[name](dim=D, num_heads=HEADS, max_len=T + EXTRA_PADS,
                       **{**small, **overrides})
 
 
@@ -116,7 +116,7 @@ MEMORY_T = 8192
 def _train_step_bytes(name):
   """Peak bytes XLA plans for forward + backward of one mixer at T=8192 (compiled, not run)."""
   cfg = mixer_configs()[name].to_dict()
-  module = MIXERS[name](dim=16, num_heads=2, dropout_rate=0.0, max_len=MEMORY_T, **cfg)
+  module = MIXERS[name](dim=16, num_heads=2, max_len=MEMORY_T, **cfg)
   x = jax.ShapeDtypeStruct((1, MEMORY_T, 16), jnp.float32)
   mask = jax.ShapeDtypeStruct((1, MEMORY_T), jnp.bool_)
   params = jax.eval_shape(lambda a, m: module.init(jax.random.PRNGKey(0), a, m,

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models.mixers import (latte, latte_macchiato, latte_rglru, linear, linformer, luna, performer,
+from lra.models.mixers import (latte, latte_macchiato, latte_rglru, linear, linformer, luna, performer,
                            softmax)
 
 B, T, H, DH, L = 2, 7, 3, 4, 5
@@ -245,7 +245,7 @@ def test_latte_macchiato_matches_naive_formula(window):
 
 
 def test_performer_features_fixed_in_eval_and_redrawn_in_training():
-  module = performer.PerformerMixer(dim=8, num_heads=2, dropout_rate=0.0, max_len=T,
+  module = performer.PerformerMixer(dim=8, num_heads=2, max_len=T,
                                     num_features=4, redraw=True)
   x = np.random.default_rng(9).normal(size=(1, T, 8)).astype(np.float32)
   mask = np.ones((1, T), bool)

@@ -32,7 +32,6 @@ def kernel_env(tmp_path, monkeypatch):
       "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
       "display_name": "lra tests", "language": "python"}))
   monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-  monkeypatch.setenv("PYTHONPATH", str(ROOT))
   monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend renders via Agg
   return "lra-test"
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tasks import pathfinder_generator as pg
-from tasks.pathfinder_gen import geometry, stats
-from tasks.pathfinder_gen.params import DIFFICULTIES, get_params
-from tasks.pathfinder_gen.render import encode_png, render
+from lra.tasks.generators.pathfinder import generate as pg
+from lra.tasks.generators.pathfinder import geometry, stats
+from lra.tasks.generators.pathfinder.params import DIFFICULTIES, get_params
+from lra.tasks.generators.pathfinder.render import encode_png, render
 
 
 def _files(root):
@@ -230,7 +230,7 @@ def test_stats_report(tmp_path):
 
 def test_cli_generate_then_prepare_reads_every_image(tmp_path, capsys):
   from lra.cli import main
-  from tasks.cache import PreparedData
+  from lra.tasks.contract.cache import PreparedData
   raw, data = tmp_path / "raw", tmp_path / "data"
   assert main(["data", "generate", "pathfinder", "--out", str(raw), "--difficulty", "easy",
                "--num-images", "30", "--seed", "2", "--stats"]) == 0

@@ -17,9 +17,11 @@ import numpy as np
 import optax
 import pytest
 
+from lra.models.build import build_model
 from lra import distributed, run, train
 from lra.writers import read_metrics
-from tasks.cache import PreparedData, eval_batches, train_batches
+from lra.tasks.contract.batches import eval_batches, train_batches
+from lra.tasks.contract.cache import PreparedData
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -140,8 +142,8 @@ def test_sigkill_and_sigint_then_resume_give_identical_scores(data_dir, tmp_path
 def _smoke_state(tmp_path, data_dir, overrides=(), tx=None):
   config = run.resolve_config("listops", "latte", "smoke", ["model.dropout=0.0", *overrides])
   data = _smoke_data(data_dir)
-  model = train.build_model(config, data.spec)
-  params = model.init(jax.random.PRNGKey(0), train._example_batch(data.spec, 1),
+  model = build_model(config, data.spec)
+  params = model.init(jax.random.PRNGKey(0), train.example_batch(data.spec, 1),
                       deterministic=True)["params"]
   state = train.TrainState.create(apply_fn=model.apply, params=params,
                                   tx=tx or optax.adamw(1e-3))

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from lra import run
-from models.mixers import MIXERS
-from tasks import synthetic
-from tasks.cache import PreparedData
+from lra.models.mixers import MIXERS
+from lra.tasks.generators import synthetic
+from lra.tasks.contract.cache import PreparedData
 
 
 def test_generator_puts_the_label_at_both_ends_of_variable_lengths():

@@ -9,8 +9,10 @@ import types
 import numpy as np
 import pytest
 
-from tasks import TASKS, image
-from tasks.cache import PreparedData, make_batch
+from lra.tasks import TASKS
+from lra.tasks.sources import image
+from lra.tasks.contract.batches import make_batch
+from lra.tasks.contract.cache import PreparedData
 
 
 def _fake_cifar(folder, per_batch=8, test_size=6, seed=0):

@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tasks import TASKS, pathfinder, pathx
-from tasks.cache import PreparedData, finalize, make_batch
-from tasks.row_writer import RowWriter
+from lra.tasks import TASKS
+from lra.tasks.sources import pathfinder, pathx
+from lra.tasks.contract.batches import make_batch
+from lra.tasks.contract.cache import PreparedData, finalize
+from lra.tasks.contract.row_writer import RowWriter
 
 
 def _write_set(folder, side, batches=3, per_batch=12, seed=0, broken=None):

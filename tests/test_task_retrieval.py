@@ -5,8 +5,10 @@ import os
 import numpy as np
 import pytest
 
-from tasks import TASKS, retrieval
-from tasks.cache import PreparedData, make_batch
+from lra.tasks import TASKS
+from lra.tasks.sources import retrieval
+from lra.tasks.contract.batches import make_batch
+from lra.tasks.contract.cache import PreparedData
 
 LABELS = ["1.0", "0", "0.0", "1", "1.0", "0.0", "1", "0", "1.0", "0.0", "1"]
 

@@ -8,8 +8,9 @@ import types
 import numpy as np
 import pytest
 
-from tasks import TASKS, bytes_tokenizer, text
-from tasks.cache import PreparedData
+from lra.tasks import TASKS
+from lra.tasks.sources import bytes_tokenizer, text
+from lra.tasks.contract.cache import PreparedData
 
 WORDS = ["great", "awful", "plot", "film", "naïve", "café", "☃", "🎬", "<br />", "the", "and"]
 

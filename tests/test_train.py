@@ -6,10 +6,12 @@ import ml_collections
 import numpy as np
 import pytest
 
+from lra.models.build import build_model
 from lra import run, train
 from lra.config_loading import apply_overrides, data_cache_dir, load_config
 from lra.writers import read_metrics
-from tasks.cache import PreparedData, eval_batches
+from lra.tasks.contract.batches import eval_batches
+from lra.tasks.contract.cache import PreparedData
 
 
 def _smoke_cache(data_dir):
@@ -46,8 +48,8 @@ def test_run_directory_is_complete_and_consistent(smoke_run):
   assert all(np.isfinite(r["train/loss"]) for r in rows if "train/loss" in r)
   # The parameter count is the model's as rebuilt from config.json.
   data = PreparedData(_smoke_cache(root / "data"))
-  model = train.build_model(ml_collections.ConfigDict(config), data.spec)
-  params = model.init(jax.random.PRNGKey(0), train._example_batch(data.spec, 1),
+  model = build_model(ml_collections.ConfigDict(config), data.spec)
+  params = model.init(jax.random.PRNGKey(0), train.example_batch(data.spec, 1),
                       deterministic=True)
   assert final["num_params"] == sum(x.size for x in jax.tree.leaves(params))
 

@@ -64,7 +64,7 @@ def write_cifar(root: Path, num_train: int, num_test: int, rng: np.random.Genera
 
 
 def write_pathfinder(root: Path, resolution: int, num_images: int) -> Path:
-  from tasks import pathfinder_generator
+  from lra.tasks.generators.pathfinder import generate as pathfinder_generator
   pathfinder_generator.generate(root, resolution=resolution, difficulty="hard",
                                 num_images=num_images, seed=0, workers=2, progress=False)
   return root

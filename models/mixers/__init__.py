@@ -1,13 +1,13 @@
 """Mixer registry: `MIXERS[name]` is the Linen module class in models/mixers/<name>.py.
 
-Every mixer is built as `cls(dim=, num_heads=, dropout_rate=, max_len=, **config.mixers.<name>)`
+Every mixer is built as `cls(dim=, num_heads=, max_len=, **config.mixers.<name>)`
 and called as `mixer(x[B,T,D], mask[B,T], deterministic=..., carry=...) -> (y[B,T,D], carry)`.
 """
 from __future__ import annotations
 
 import flax.linen as nn
 
-from models.mixers import (latte, latte_macchiato, latte_rglru, latte_rglru_swa, linear, linformer,
+from lra.models.mixers import (latte, latte_macchiato, latte_rglru, latte_rglru_swa, linear, linformer,
                            luna, performer, softmax)
 
 MIXERS: dict[str, type[nn.Module]] = {

@@ -82,7 +82,6 @@ class LatteMixer(nn.Module):
   """
   dim: int
   num_heads: int
-  dropout_rate: float
   max_len: int
   num_latents: int = 40
   vapor: bool = False

@@ -10,7 +10,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models.mixers.latte import latte_attention
+from lra.models.mixers.latte import latte_attention
 
 
 def local_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
@@ -72,7 +72,6 @@ class LatteMacchiatoMixer(nn.Module):
   """Latte Macchiato: local window softmax + L Latte states in one softmax over states, O(T)."""
   dim: int
   num_heads: int
-  dropout_rate: float
   max_len: int
   num_latents: int = 40
   window: int = 128

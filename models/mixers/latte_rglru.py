@@ -10,7 +10,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models.mixers.latte import latte_attention
+from lra.models.mixers.latte import latte_attention
 
 RGLRU_C = 8.0  # Griffin's constant: a_t = a^(c r_t)
 
@@ -120,7 +120,6 @@ class LatteRGLRUMixer(nn.Module):
   """
   dim: int
   num_heads: int
-  dropout_rate: float
   max_len: int
   num_latents: int = 40
   conv_size: int = 3

@@ -7,9 +7,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models.mixers.latte import rope_frequencies, rotate_pairs
-from models.mixers.latte_macchiato import latte_macchiato_attention
-from models.mixers.latte_rglru import LatentFeatures
+from lra.models.mixers.latte import rope_frequencies, rotate_pairs
+from lra.models.mixers.latte_macchiato import latte_macchiato_attention
+from lra.models.mixers.latte_rglru import LatentFeatures
 
 
 class LatteRGLRUSWAMixer(nn.Module):
@@ -23,7 +23,6 @@ class LatteRGLRUSWAMixer(nn.Module):
   """
   dim: int
   num_heads: int
-  dropout_rate: float
   max_len: int
   num_latents: int = 40
   window: int = 128

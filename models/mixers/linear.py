@@ -33,7 +33,6 @@ class LinearMixer(nn.Module):
   """Linear attention (Katharopoulos et al. 2020), feature map elu+1: O(T) time and memory."""
   dim: int
   num_heads: int
-  dropout_rate: float
   max_len: int
 
   @nn.compact

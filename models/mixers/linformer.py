@@ -8,7 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models.mixers.softmax import softmax_attention
+from lra.models.mixers.softmax import softmax_attention
 
 
 def linformer_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
@@ -40,7 +40,6 @@ class LinformerMixer(nn.Module):
   """
   dim: int
   num_heads: int
-  dropout_rate: float
   max_len: int
   proj_len: int = 256
   share_kv: bool = False

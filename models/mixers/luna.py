@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models.mixers.softmax import softmax_attention
+from lra.models.mixers.softmax import softmax_attention
 
 
 def luna_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
@@ -45,7 +45,6 @@ class LunaMixer(nn.Module):
   """
   dim: int
   num_heads: int
-  dropout_rate: float
   max_len: int
   packed_len: int = 128
 

@@ -81,7 +81,6 @@ class PerformerMixer(nn.Module):
   """
   dim: int
   num_heads: int
-  dropout_rate: float
   max_len: int
   num_features: int = 256
   kernel: str = "softmax"

@@ -28,7 +28,6 @@ class SoftmaxMixer(nn.Module):
   """Softmax attention (Vaswani et al. 2017): exact, O(T^2) time and memory."""
   dim: int
   num_heads: int
-  dropout_rate: float
   max_len: int
 
   @nn.compact

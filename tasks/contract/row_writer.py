@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.cache import create_array
+from lra.tasks.contract.cache import create_array
 
 _COPY_BYTES = 1 << 24
 

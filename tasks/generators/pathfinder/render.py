@@ -12,8 +12,8 @@ import zlib
 
 import numpy as np
 
-from tasks.pathfinder_gen.geometry import Scene, Tables, paddle_ends, tables
-from tasks.pathfinder_gen.params import Params
+from lra.tasks.generators.pathfinder.geometry import Scene, Tables, paddle_ends, tables
+from lra.tasks.generators.pathfinder.params import Params
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,12 +11,12 @@ from typing import Iterator
 
 import numpy as np
 
-from tasks import bytes_tokenizer
-from tasks.cache import SPLITS, finalize, write_array
-from tasks.fingerprint import current_cache, report_up_to_date, sha256_of
-from tasks.release import find_in_release
-from tasks.row_writer import RowWriter
-from tasks.spec import Task
+from lra.tasks.sources import bytes_tokenizer
+from lra.tasks.contract.cache import SPLITS, finalize, write_array
+from lra.tasks.contract.fingerprint import current_cache, report_up_to_date, sha256_of
+from lra.tasks.sources.release import find_in_release
+from lra.tasks.contract.row_writer import RowWriter
+from lra.tasks.contract.spec import Task
 
 SEQ_LEN = 4000  # per document
 NUM_CLASSES = 2

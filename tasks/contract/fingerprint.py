@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from tasks.cache import FORMAT_VERSION, array_path, file_checksum, read_meta
+from lra.tasks.contract.cache import FORMAT_VERSION, array_path, file_checksum, read_meta
 
 
 def sha256_of(root: Path, files: Iterable[Path]) -> dict[str, str]:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks import pixels
-from tasks.cache import finalize, write_array
-from tasks.fingerprint import current_cache, report_up_to_date, sha256_of
-from tasks.spec import Task
+from lra.tasks.sources import pixels
+from lra.tasks.contract.cache import finalize, write_array
+from lra.tasks.contract.fingerprint import current_cache, report_up_to_date, sha256_of
+from lra.tasks.contract.spec import Task
 
 SIDE = 32
 SEQ_LEN = SIDE * SIDE

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks import bytes_tokenizer
-from tasks.cache import SPLITS, file_checksum, finalize, write_array
-from tasks.fingerprint import current_cache, report_up_to_date, sha256_of, stat_digest
-from tasks.spec import Task
+from lra.tasks.sources import bytes_tokenizer
+from lra.tasks.contract.cache import SPLITS, file_checksum, finalize, write_array
+from lra.tasks.contract.fingerprint import current_cache, report_up_to_date, sha256_of, stat_digest
+from lra.tasks.contract.spec import Task
 
 SEQ_LEN = 4000
 NUM_CLASSES = 2

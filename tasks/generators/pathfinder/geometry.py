@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from tasks.pathfinder_gen.params import (DISTRACTOR_TRIES, LAZY_DRAWS, REWIND_DEPTH,
+from lra.tasks.generators.pathfinder.params import (DISTRACTOR_TRIES, LAZY_DRAWS, REWIND_DEPTH,
                                           REWINDS_PER_PADDLE, SEED_CHUNKS, TARGET_TRIES, Params)
 
 

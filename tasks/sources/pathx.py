@@ -4,9 +4,10 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from tasks import pathfinder_generator, pixels
-from tasks.pathfinder import command, prepare_resolution
-from tasks.spec import Task
+from lra.tasks.generators.pathfinder import generate as pathfinder_generator
+from lra.tasks.sources import pixels
+from lra.tasks.sources.pathfinder import command, prepare_resolution
+from lra.tasks.contract.spec import Task
 
 SIDE = 128
 

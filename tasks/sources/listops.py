@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks import cache, listops_generator
-from tasks.release import find_in_release
-from tasks.spec import Task
+from lra.tasks.contract import cache
+from lra.tasks.generators import listops as listops_generator
+from lra.tasks.sources.release import find_in_release
+from lra.tasks.contract.spec import Task
 
 SYMBOLS = ("<pad>", *map(str, range(10)), "[MIN", "[MAX", "[MED", "[SM", "]")
 TOKEN_IDS = {symbol: i for i, symbol in enumerate(SYMBOLS)}

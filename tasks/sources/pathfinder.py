@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from tasks import pathfinder_generator, pixels
-from tasks.cache import SPLITS, finalize, write_array
-from tasks.fingerprint import current_cache, report_up_to_date, sha256_of, stat_digest
-from tasks.release import find_in_release
-from tasks.row_writer import RowWriter
-from tasks.spec import Task
+from lra.tasks.generators.pathfinder import generate as pathfinder_generator
+from lra.tasks.sources import pixels
+from lra.tasks.contract.cache import SPLITS, finalize, write_array
+from lra.tasks.contract.fingerprint import current_cache, report_up_to_date, sha256_of, stat_digest
+from lra.tasks.sources.release import find_in_release
+from lra.tasks.contract.row_writer import RowWriter
+from lra.tasks.contract.spec import Task
 
 DIFFICULTIES = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9",
                 "hard": "curv_contour_length_14"}

@@ -36,10 +36,6 @@ class TaskSpec:
                pad_id=meta.get("pad_id", 0))
 
 
-class TaskNotBuiltError(NotImplementedError):
-  """Raised when a registered task has no loader yet."""
-
-
 @dataclasses.dataclass(frozen=True)
 class Task:
   """One LRA task as the registry sees it.
@@ -49,7 +45,7 @@ class Task:
     description: one line for `lra list`.
     data_hint: what the user runs to make the data (printed when the cache is missing).
     prepare: `prepare(source: Path, out_dir: Path, **options) -> dict` turns a raw source into a
-      cache (see tasks.cache) and returns its meta; None while the task is not built.
+      cache (see lra.tasks.contract.cache) and returns its meta.
     decode: `decode(tokens[T]) -> str`, the symbols a model sees, for `lra data inspect`.
     generate_small: `generate_small(raw_dir: Path, **config.data.generator)` writes a small raw
       source (seed included in the params) for the smoke/demo presets, where the suite can.
@@ -57,16 +53,9 @@ class Task:
   name: str
   description: str
   data_hint: str
-  prepare: Callable[..., dict] | None = None
-  decode: Callable[[np.ndarray], str] | None = None
+  prepare: Callable[..., dict]
+  decode: Callable[[np.ndarray], str]
   generate_small: Callable[..., None] | None = None
 
-  def require_built(self) -> None:
-    if self.prepare is None:
-      raise TaskNotBuiltError(
-          f"Task '{self.name}' is registered but its loader is not built yet in this version of "
-          f"the suite. Built tasks: see `lra list`.")
-
   def prepare_cache(self, source: Path, out_dir: Path, **options) -> dict:
-    self.require_built()
     return self.prepare(Path(source), Path(out_dir), **options)

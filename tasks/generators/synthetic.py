@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks import cache
-from tasks.spec import Task
+from lra.tasks.contract import cache
+from lra.tasks.contract.spec import Task
 
 RECIPE_FILE = "recipe.json"
 DEFAULTS = dict(num_train=8000, num_val=1000, num_test=1000, seq_len=256, min_length=32,

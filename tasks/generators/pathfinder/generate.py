@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.pathfinder_gen.geometry import make_scene, tables, to_pixels
-from tasks.pathfinder_gen.params import DIFFICULTIES, RESOLUTIONS, Params, get_params
-from tasks.pathfinder_gen.render import encode_png, render
-from tasks.pathfinder_gen.stats import MARKERS_DIR, compute_stats, read_metadata
+from lra.tasks.generators.pathfinder.geometry import make_scene, tables, to_pixels
+from lra.tasks.generators.pathfinder.params import DIFFICULTIES, RESOLUTIONS, Params, get_params
+from lra.tasks.generators.pathfinder.render import encode_png, render
+from lra.tasks.generators.pathfinder.stats import MARKERS_DIR, compute_stats, read_metadata
 
 IMAGES_PER_BATCH = 1000
 MANIFEST = "generator.json"

@@ -1,0 +1,1 @@
+"""Published LRA accuracies (published_lra.csv), the reference rows of `lra table`."""

@@ -1,0 +1,43 @@
+"""From a config and a task's spec to the classifier: the one place a mixer name becomes a module.
+
+The runner (train, eval, bench) builds every model here, so the same config always means the same
+network. A spec is anything with vocab_size, seq_len, num_classes and dual (tasks' TaskSpec);
+models never import tasks.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import ml_collections
+
+from lra.models.encoder import Classifier, Encoder, MixerFactory
+from lra.models.mixers import get_mixer
+
+DTYPES = ("float32", "bfloat16")
+
+
+def mixer_factory(config: ml_collections.ConfigDict) -> MixerFactory:
+  """The class of `config.model.mixer` with its block `config.mixers.<mixer>` bound."""
+  name = config.model.mixer
+  return functools.partial(get_mixer(name), **config.mixers[name].to_dict())
+
+
+def build_model(config: ml_collections.ConfigDict, spec: Any) -> Classifier:
+  """The classifier for this task's spec: sizes from `config.model`, shapes from the task.
+
+  Args:
+    config: a resolved task config (its `model` block and the chosen mixer's block are read).
+    spec: vocab_size, seq_len (T), num_classes (C), dual (two sequences per example).
+  Returns:
+    A Classifier called as `model.apply(variables, batch, deterministic=...) -> logits [B,C]`.
+  """
+  m = config.model
+  if m.dtype not in DTYPES:
+    raise ValueError(f"model.dtype must be one of {DTYPES}, got {m.dtype!r}")
+  encoder = Encoder(vocab_size=spec.vocab_size, max_len=spec.seq_len, dim=m.dim,
+                    num_layers=m.num_layers, num_heads=m.num_heads, mlp_dim=m.mlp_dim,
+                    dropout_rate=m.dropout, mixer_factory=mixer_factory(config),
+                    embedding=m.embedding, pos_encoding=m.pos_encoding, pooling=m.pooling,
+                    dtype=m.dtype, remat=m.remat, block=m.block)
+  return Classifier(encoder=encoder, num_classes=spec.num_classes, dual=spec.dual)

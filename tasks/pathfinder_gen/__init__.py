@@ -1,1 +1,0 @@
-"""Pathfinder generator internals: parameter table, snake geometry, drawing and PNG, statistics."""
