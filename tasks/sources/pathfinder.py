@@ -18,6 +18,7 @@ import numpy as np
 from PIL import Image
 
 from lra.tasks.generators.pathfinder import generate as pathfinder_generator
+from lra.tasks.generators.pathfinder.metadata import read_metadata
 from lra.tasks.sources import pixels
 from lra.tasks.contract.cache import SPLITS, finalize, write_array
 from lra.tasks.contract.fingerprint import current_cache, report_up_to_date, sha256_of, stat_digest
@@ -49,8 +50,8 @@ def _locate(source: Path, side: int, difficulty: str, task: str) -> Path:
                          f"the {side}x{side} {difficulty} Pathfinder set "
                          f"(pathfinder{side}/{folder}/ with imgs/ and metadata/)", command(task))
   if not (root / "metadata").is_dir():
-    raise FileNotFoundError(f"{root} has no metadata/ folder (expected metadata/<batch>.npy text "
-                            f"files beside imgs/).\nTry: {command(task)}")
+    raise FileNotFoundError(f"{root} has no metadata/ folder (expected metadata/<batch>.npy files "
+                            f"beside imgs/).\nTry: {command(task)}")
   return root
 
 
@@ -63,17 +64,11 @@ def _metadata_files(root: Path) -> list[Path]:
 
 
 def _listing(root: Path, metadata: list[Path]) -> tuple[list[str], np.ndarray]:
-  """Image paths and labels[N] from metadata lines `imgs/<batch> sample_<k>.png <k> <label> ...`."""
+  """Image paths and labels[N] from metadata rows `imgs/<batch> sample_<k>.png <k> <label> ...`:
+  the release's text lines, or the original generator's `np.save` string arrays."""
   paths, labels = [], []
   for meta_file in metadata:
-    # Text despite the .npy suffix; read as bytes so a stray binary file fails on a clear line.
-    for number, raw in enumerate(meta_file.read_bytes().splitlines(), start=1):
-      fields = raw.decode("utf-8", errors="replace").split()
-      if not fields:
-        continue
-      if len(fields) < 4 or fields[3] not in ("0", "1") or not fields[1].endswith(".png"):
-        raise ValueError(f"{meta_file}:{number}: expected 'imgs/<batch> sample_<k>.png <k> "
-                         f"<label 0|1> ...', found {raw[:80]!r}.")
+    for fields in read_metadata(meta_file):
       paths.append(str(root / fields[0] / fields[1]))
       labels.append(int(fields[3]))
   return paths, np.array(labels, dtype=np.int32)

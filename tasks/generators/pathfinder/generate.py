@@ -1,9 +1,11 @@
 """`lra data generate pathfinder`: Pathfinder / Path-X images in the LRA release layout, no download.
 
-Writes DIR/pathfinder<res>/<curv folder>/imgs/<batch>/sample_<k>.png and metadata/<batch>.npy
-(text lines, as in the release). Each batch is seeded from (seed, batch), so the output is
-byte-identical for any number of workers, and a re-run skips finished batches. The snake
-geometry, drawing and parameter table live in tasks/pathfinder_gen/.
+Writes DIR/pathfinder<res>/<curv folder>/imgs/<batch>/sample_<k>.png, metadata/<batch>.npy (text
+lines, as in the release) and the sidecar scenes/<batch>.npy (markers, target ends, distractors
+placed, stroke peaks; see `stats.SCENE_DTYPE`). The images are those of Linsley et al.'s snakes
+generator as LRA ran it (see `snakes`, `strokes`, `render`, `params`). Each batch is seeded from
+(seed, resolution, contour length, batch), so the output is byte-identical for any number of
+workers, and a re-run skips finished batches.
 """
 from __future__ import annotations
 
@@ -17,15 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-from lra.tasks.generators.pathfinder.geometry import make_scene, tables, to_pixels
+from lra.tasks.generators.pathfinder.metadata import format_row, read_metadata
 from lra.tasks.generators.pathfinder.params import DIFFICULTIES, RESOLUTIONS, Params, get_params
 from lra.tasks.generators.pathfinder.render import encode_png, render
-from lra.tasks.generators.pathfinder.stats import MARKERS_DIR, compute_stats, read_metadata
+from lra.tasks.generators.pathfinder.snakes import make_scenes
+from lra.tasks.generators.pathfinder.stats import SCENE_DTYPE, SCENES_DIR, compute_stats
 
 IMAGES_PER_BATCH = 1000
 MANIFEST = "generator.json"
 STATS_FILE = "stats.json"
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: the snakes generator's own growth, drawing and contrasts
 
 __all__ = ["generate", "generate_small", "compute_stats", "generate_batch", "DIFFICULTIES",
            "RESOLUTIONS", "IMAGES_PER_BATCH"]
@@ -35,29 +38,29 @@ def _batch_rng(seed: int, params: Params, batch: int) -> np.random.Generator:
   return np.random.default_rng([seed, params.resolution, params.contour_length, batch])
 
 
-def metadata_line(batch: int, k: int, label: int, params: Params) -> str:
-  fields = (f"imgs/{batch}", f"sample_{k}.png", k, label, *params.metadata_fields())
-  return " ".join(str(x) for x in fields)
-
-
 def generate_batch(curv_dir: Path, params: Params, seed: int, batch: int, size: int) -> int:
-  """Writes one batch (images, markers sidecar, then metadata last); returns its image count.
+  """Writes one batch (images, scenes sidecar, then metadata last); returns its image count.
 
-  Labels are balanced within the batch (a seeded permutation of alternating 0/1).
+  Labels are balanced within the batch (a seeded permutation of alternating 0/1); the original
+  drew each label at random.
   """
   curv_dir = Path(curv_dir)
   rng = _batch_rng(seed, params, batch)
   labels = rng.permutation(np.arange(size) % 2)
   image_dir = curv_dir / "imgs" / str(batch)
   image_dir.mkdir(parents=True, exist_ok=True)
-  t = tables(params)
-  lines, markers = [], np.zeros((size, 4), dtype=np.float32)
-  for k, label in enumerate(labels.tolist()):
-    scene = make_scene(params, rng, label)
-    (image_dir / f"sample_{k}.png").write_bytes(encode_png(render(params, scene)))
-    markers[k] = to_pixels(params, t, scene.markers).ravel()
-    lines.append(metadata_line(batch, k, label, params))
-  for folder, name, payload in ((MARKERS_DIR, f"{batch}.npy", markers),
+  scenes = make_scenes(params, rng, labels)
+  rendered = render(params, scenes)
+  for k, image in enumerate(rendered.images):
+    (image_dir / f"sample_{k}.png").write_bytes(encode_png(image))
+  sidecar = np.zeros(size, dtype=SCENE_DTYPE)
+  sidecar["markers"], sidecar["origins"] = scenes.markers, scenes.origins
+  sidecar["terminals"], sidecar["num_distractors"] = scenes.terminals, scenes.num_distractors
+  sidecar["target_peak"] = rendered.target_peak
+  sidecar["distractor_peak"] = rendered.distractor_peak
+  lines = [format_row(batch, k, label, params.metadata_fields(int(margin)))
+           for k, (label, margin) in enumerate(zip(labels.tolist(), scenes.margins.tolist()))]
+  for folder, name, payload in ((SCENES_DIR, f"{batch}.npy", sidecar),
                                 ("metadata", f"{batch}.npy", "\n".join(lines) + "\n")):
     path = curv_dir / folder / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -87,6 +90,7 @@ def _batch_done(curv_dir: Path, batch: int, size: int) -> bool:
 
 def _check_manifest(curv_dir: Path, manifest: dict) -> None:
   path = curv_dir / MANIFEST
+  manifest = json.loads(json.dumps(manifest))  # as it reads back (tuples become lists)
   if path.exists():
     old = json.loads(path.read_text())
     if old != manifest:
@@ -167,7 +171,8 @@ def generate(out_dir: Path, resolution: int = 32, difficulty: str = "hard",
       for images in pool.imap_unordered(_job, todo):
         report.update(images)
   if stats:
-    (curv_dir / STATS_FILE).write_text(json.dumps(compute_stats(curv_dir), indent=2) + "\n")
+    report = compute_stats(curv_dir, marker_radius=params.marker_radius)
+    (curv_dir / STATS_FILE).write_text(json.dumps(report, indent=2) + "\n")
   return curv_dir
 
 
