@@ -45,6 +45,31 @@ def _write_set(folder, side, batches=3, per_batch=12, seed=0, broken=None):
   return written
 
 
+def test_original_generators_binary_metadata(tmp_path):
+  # snakes.save_metadata: np.save of an [N, 11] string array (str under Python 3, bytes under
+  # Python 2), instead of the release's text lines.
+  folder = tmp_path / "pathfinder32" / "curv_contour_length_14"
+  written = _write_set(folder, 32, batches=2, per_batch=7)
+  for b, dtype in ((0, str), (1, bytes)):
+    path = folder / "metadata" / f"{b}.npy"
+    rows = [line.split(" ") for line in path.read_text().splitlines()]
+    with open(path, "wb") as f:
+      np.save(f, np.array(rows).astype(dtype))
+  meta = pathfinder.prepare(tmp_path, tmp_path / "cache")
+  data = PreparedData(tmp_path / "cache")
+  everything = sorted(_rows(data, "train") + _rows(data, "val") + _rows(data, "test"))
+  assert everything == sorted((p.tobytes(), label) for p, label in written.values())
+  assert meta["num_listed"] == 14
+  with open(folder / "metadata" / "1.npy", "wb") as f:
+    np.save(f, np.array([["imgs/1", "sample_0.png", 0]], dtype=object), allow_pickle=True)
+  with pytest.raises(ValueError, match=r"1\.npy: expected np.save of an \[N, 11\] string array"):
+    pathfinder.prepare(tmp_path, tmp_path / "cache2")
+  with open(folder / "metadata" / "1.npy", "wb") as f:
+    np.save(f, np.array([["imgs/1", "sample_0.png", "0", "7"]]))
+  with pytest.raises(ValueError, match=r"1\.npy:1: expected 'imgs/<batch> sample_<k>.png <k> <label"):
+    pathfinder.prepare(tmp_path, tmp_path / "cache3")
+
+
 def _rows(data, split):
   arrays = data.split(split)
   return [(bytes(x), int(y)) for x, y in zip(np.asarray(arrays["inputs"]), arrays["label"])]

@@ -1,15 +1,17 @@
 """Is a Pathfinder set learnable? Trains a small CNN on a prepared cache and reports test accuracy.
 
-  lra data generate pathfinder --out DIR --difficulty easy --num-images 20000 --stats
-  lra data prepare pathfinder --source DIR --option difficulty=easy --cache-name pf_easy
-  python tools/pathfinder_probe.py --cache ~/.cache/lra/pf_easy --steps 3000
+  lra data generate pathfinder --out DIR --num-images 200000 --workers 2
+  lra data prepare pathfinder --source DIR --cache-name pf_hard
+  python tools/pathfinder_probe.py --cache ~/.cache/lra/pf_hard --steps 12000 --out probe.json
 
 A generator bug (labels that do not match the pictures, markers that give the label away) shows
 up here quickly: accuracy stuck at 50% means nothing is learnable; accuracy at the marker-distance
-threshold of the generator's stats.json means only the leak is. The CNN sees the 32x32 image
-(not a token sequence), with the 8 symmetries of the square as augmentation (the label is
-invariant to them), so a few thousand images go further. Prints one JSON line per evaluation and
-writes the last to --out when given.
+threshold of the generator's stats.json means only the leak is. The CNN sees the image (not a
+token sequence), with the 8 symmetries of the square as augmentation (the label is invariant to
+them). `--model dilated` (the default) halves the resolution once, then grows its receptive field
+with dilated residual convolutions until it spans the image, so it can follow a whole contour;
+`--model plain` is the earlier six-layer CNN. Prints one JSON line per evaluation (step, images
+seen, test accuracy, seconds) and writes them all to --out when given.
 """
 from __future__ import annotations
 
@@ -25,11 +27,8 @@ import numpy as np
 import optax
 
 
-class ProbeCNN(nn.Module):
-  """Convolutions at full resolution (the dashes are one pixel wide), then strided ones.
-
-  [B, S, S, 1] in [0, 1] -> [B, 2] logits.
-  """
+class PlainCNN(nn.Module):
+  """Convolutions at full resolution, then strided ones: [B, S, S, 1] -> [B, 2] logits."""
   width: int = 16
 
   @nn.compact
@@ -39,6 +38,28 @@ class ProbeCNN(nn.Module):
       x = nn.relu(nn.Conv(channels, (3, 3), strides=stride)(x))
     x = jnp.concatenate([x.max(axis=(1, 2)), x.mean(axis=(1, 2))], axis=-1)
     return nn.Dense(2)(nn.relu(nn.Dense(4 * w)(x)))
+
+
+class DilatedCNN(nn.Module):
+  """One stride-2 stage, then residual 3x3 convolutions dilated 1, 2, 4, 8 (twice): at 32 px the
+  receptive field covers the image several times over. [B, S, S, 1] -> [B, 2] logits."""
+  width: int = 16
+  dilations: tuple = (1, 2, 4, 8, 1, 2, 4, 8)
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    w = self.width
+    x = nn.relu(nn.Conv(w, (3, 3))(x))
+    x = nn.Conv(2 * w, (3, 3), strides=2)(x)
+    for d in self.dilations:
+      # GroupNorm: no batch statistics to carry; the residual keeps early features reachable.
+      x = x + nn.Conv(2 * w, (3, 3), kernel_dilation=d)(nn.relu(nn.GroupNorm(8)(x)))
+    x = nn.relu(nn.GroupNorm(8)(x))
+    x = jnp.concatenate([x.max(axis=(1, 2)), x.mean(axis=(1, 2))], axis=-1)
+    return nn.Dense(2)(nn.relu(nn.Dense(4 * w)(x)))
+
+
+MODELS = {"dilated": DilatedCNN, "plain": PlainCNN}
 
 
 def load(cache: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -57,21 +78,25 @@ def symmetry(images: np.ndarray, k: int) -> np.ndarray:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--cache", type=Path, required=True, help="a prepared pathfinder cache")
+  parser.add_argument("--model", choices=tuple(MODELS), default="dilated")
   parser.add_argument("--steps", type=int, default=3000)
   parser.add_argument("--batch-size", type=int, default=64)
   parser.add_argument("--learning-rate", type=float, default=1e-3)
   parser.add_argument("--width", type=int, default=16)
   parser.add_argument("--eval-every", type=int, default=500)
+  parser.add_argument("--train-examples", type=int, help="use only the first N training images")
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--out", type=Path, help="write the final record here (JSON)")
+  parser.add_argument("--out", type=Path, help="write the evaluation records here (JSON)")
   args = parser.parse_args()
 
   train_x, train_y = load(args.cache, "train")
+  if args.train_examples:
+    train_x, train_y = train_x[:args.train_examples], train_y[:args.train_examples]
   test_x, test_y = load(args.cache, "test")
-  model = ProbeCNN(args.width)
+  model = MODELS[args.model](args.width)
   params = model.init(jax.random.PRNGKey(args.seed), train_x[:1])
-  optimizer = optax.adamw(optax.cosine_decay_schedule(args.learning_rate, args.steps),
-                          weight_decay=1e-4)
+  optimizer = optax.adamw(optax.warmup_cosine_decay_schedule(
+      0.0, args.learning_rate, min(500, args.steps // 10), args.steps), weight_decay=1e-4)
   opt_state = optimizer.init(params)
 
   @jax.jit
@@ -92,19 +117,24 @@ def main() -> None:
     return hits / len(test_y)
 
   rng = np.random.default_rng(args.seed)
-  start, record = time.perf_counter(), {}
+  start, records, losses = time.perf_counter(), [], []
   for step in range(1, args.steps + 1):
     index = rng.integers(0, len(train_y), args.batch_size)
     images = symmetry(train_x[index], int(rng.integers(0, 8)))
     params, opt_state, loss = train_step(params, opt_state, images, train_y[index])
+    losses.append(loss)
     if step % args.eval_every == 0 or step == args.steps:
-      record = {"step": step, "train_loss": round(float(loss), 4),
-                "test_accuracy": round(test_accuracy(), 4), "num_train": len(train_y),
-                "num_test": len(test_y), "seconds": round(time.perf_counter() - start, 1),
-                "cache": str(args.cache), "seed": args.seed}
-      print(json.dumps(record), flush=True)
+      records.append({"step": step, "images_seen": step * args.batch_size,
+                      "train_loss": round(float(np.mean(losses)), 4),
+                      "test_accuracy": round(test_accuracy(), 4),
+                      "seconds": round(time.perf_counter() - start, 1)})
+      losses = []
+      print(json.dumps(records[-1]), flush=True)
   if args.out:
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    args.out.write_text(json.dumps({"model": args.model, "width": args.width,
+                                    "batch_size": args.batch_size, "num_train": len(train_y),
+                                    "num_test": len(test_y), "cache": str(args.cache),
+                                    "seed": args.seed, "curve": records}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
