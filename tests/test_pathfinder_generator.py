@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from lra.tasks.generators.pathfinder import generate as pg
-from lra.tasks.generators.pathfinder import render, snakes, stats, strokes
+from lra.tasks.generators.pathfinder import maps, render, snakes, stats, strokes
 from lra.tasks.generators.pathfinder.metadata import read_metadata
 from lra.tasks.generators.pathfinder.params import DIFFICULTIES, get_params
 
@@ -174,7 +174,7 @@ def test_growth_matches_a_direct_transcription_of_the_original(resolution, rows,
   p = get_params(resolution, "hard")
   k = strokes.stencils(p, p.margins[-1])
   rng = _Recorder(resolution)
-  maps = snakes._Maps(p, k, rows, rng, count_busy=True)
+  grid = maps.Maps(p, k, rows, rng, count_busy=True)
   tails, gap, angle, degrees = snakes._SeedQueue(p, k, rng.rng).take(rows)
   last_id = degrees + 180
   last_start = k.flat(tails[..., 0], tails[..., 1])
@@ -190,7 +190,7 @@ def test_growth_matches_a_direct_transcription_of_the_original(resolution, rows,
     for row in live:
       mask = _full_map(p, k, mapped[row])
       expected.append((mask, gap[row, s], angle[row, s]))
-    ok, new_gap, new_angle, new_id, new_start = maps.extend(
+    ok, new_gap, new_angle, new_id, new_start = grid.extend(
         live, gap[live, s], angle[live, s], last_id[live, s], last_start[live, s])
     for i, row in enumerate(live):
       mask, g, a = expected[i]
@@ -202,11 +202,11 @@ def test_growth_matches_a_direct_transcription_of_the_original(resolution, rows,
         mapped[row].append((last_id[row, s], last_start[row, s]))
         full = _full_map(p, k, mapped[row])
         n, q = p.resolution, k.pad
-        occ = maps.occ[row].reshape(k.width, k.width)[q:q + n, q:q + n]
+        occ = grid.occ[row].reshape(k.width, k.width)[q:q + n, q:q + n]
         np.testing.assert_array_equal(strokes.level(occ), np.where(full > 0.3, full, 0))
-        dil = maps.dil[row].reshape(k.width, k.width)[q:q + n, q:q + n]
+        dil = grid.dil[row].reshape(k.width, k.width)[q:q + n, q:q + n]
         np.testing.assert_array_equal(strokes.level(dil), _dilated(full, k.margin))
-        assert maps.busy[row] == np.count_nonzero(full > 0.3)
+        assert grid.busy[row] == np.count_nonzero(full > 0.3)
         compared += 1
     good = live[ok]
     gap[good, s], angle[good, s] = new_gap[ok], new_angle[ok]
@@ -230,13 +230,13 @@ def test_distractor_tails_are_free_and_uniform_when_few_cells_are():
   p = get_params(32, "hard")
   k = strokes.stencils(p, 1)
   rng = np.random.default_rng(0)
-  maps = snakes._Maps(p, k, 400, rng)
+  grid = maps.Maps(p, k, 400, rng)
   n, q = p.resolution, k.pad
-  square = maps.occ.reshape(-1, k.width, k.width)
+  square = grid.occ.reshape(-1, k.width, k.width)
   square[:, q:q + n, q:q + n] = 255
   square[:, q + 10:q + 13, q + 20:q + 23] = 0  # a 3x3 hole: the draws rarely hit it
   degree = np.flatnonzero(k.seed_usable)[0] - 180
-  y, x, found = maps.free_tails(np.arange(400), np.full(400, degree))
+  y, x, found = grid.free_tails(np.arange(400), np.full(400, degree))
   offsets = k.seed_kernel[degree + 180]
   free = [cell for cell in range(n * n)
           if not k.busy[square[0].reshape(-1)[k.flat(*divmod(cell, n)) + offsets]].any()]
@@ -245,7 +245,7 @@ def test_distractor_tails_are_free_and_uniform_when_few_cells_are():
   counts = np.unique(y * n + x, return_counts=True)[1]
   assert len(counts) == len(free) and counts.min() > 400 / len(free) / 3
   square[:, q:q + n, q:q + n] = 255
-  assert not maps.free_tails(np.arange(3), np.full(3, degree))[2].any()
+  assert not grid.free_tails(np.arange(3), np.full(3, degree))[2].any()
 
 
 def _naive_components(lit):

@@ -24,15 +24,14 @@ import dataclasses
 
 import numpy as np
 
-from lra.tasks.generators.pathfinder.params import (MAX_DISTRACTOR_RETRIAL, MAX_PADDLE_RETRIAL,
+from lra.tasks.generators.pathfinder.maps import TRIALS, Maps, kernel_hits, seed_gap
+from lra.tasks.generators.pathfinder.params import (MAX_DISTRACTOR_RETRIAL,
                                                     STOP_WITH_AVAILABILITY, Params)
 from lra.tasks.generators.pathfinder.strokes import (NUM_SEED_DEGREES, Stencils, seed_angle,
                                                      stencils)
 
 TARGET_POOL = 1024  # target attempts grown side by side (fewer for small batches)
 SEED_BATCH = 2048   # candidate target seedings drawn at once
-TAIL_DRAWS = 32           # uniform distractor tails tested at once before listing free cells
-_TRIALS = MAX_PADDLE_RETRIAL + 1
 
 
 @dataclasses.dataclass
@@ -61,142 +60,6 @@ class Scenes:
   num_distractors: np.ndarray
 
 
-def _seed_gap(p: Params, k: Stencils, y, x, theta):
-  """Gap centre behind a seed paddle with tail (y, x), and whether it and the head are inside.
-
-  As the original: head = tail + length along theta, gap = head - (length + margin), each
-  rounded up (`translate_coord`).
-  """
-  n, length = p.resolution, float(p.paddle_length)
-  hy = np.ceil(y + length * np.sin(theta))
-  hx = np.ceil(x + length * np.cos(theta))
-  back = np.where(theta + np.pi < np.pi, theta + np.pi, theta - np.pi)
-  gy = np.ceil(hy + float(length + k.margin) * np.sin(back))
-  gx = np.ceil(hx + float(length + k.margin) * np.cos(back))
-  inside = ((hy >= 0) & (hy < n) & (hx >= 0) & (hx < n) & (gy >= 0) & (gy < n)
-            & (gx >= 0) & (gx < n))
-  return np.stack([gy, gx], -1).astype(np.int64), inside
-
-
-class _Maps:
-  """Occupancy maps (8-bit levels, flat padded squares) of many rows: attempts or images.
-
-  `occ` holds the levels above 0.3 (lower ones can neither collide nor block a seed); `dil` the
-  full map dilated by the margin disk, kept up to date; `busy` the count of image cells above
-  0.3 (kept when `count_busy`). Each row's flat cell 0, a corner of the padding no stencil
-  reads, absorbs clipped writes.
-  """
-
-  def __init__(self, p: Params, k: Stencils, rows: int, rng: np.random.Generator,
-               count_busy: bool = True):
-    self.p, self.k, self.rng, self.count_busy = p, k, rng, count_busy
-    self.area = k.width * k.width
-    self.occ = np.tile(k.frame, (rows, 1))
-    self.dil = np.tile(k.frame_dil, (rows, 1))
-    self.busy = np.full(rows, np.count_nonzero(k.busy[k.frame] & k.inside))
-
-  def cells(self, rows: np.ndarray, table: np.ndarray, ids, starts: np.ndarray) -> np.ndarray:
-    """Flat indices into the stacked maps of the cells `table[ids]` (offsets) around `starts`,
-    one row of cells per map row ([A, M]; built in place: this is the hot loop)."""
-    cells = table.take(ids, axis=0)
-    cells += (rows * self.area + starts)[:, None]
-    return cells
-
-  def map(self, rows: np.ndarray, ids: np.ndarray, starts: np.ndarray) -> None:
-    """occupancy = max(occupancy, patch `ids` at flat `starts`), one paddle per row, clipped."""
-    k = self.k
-    cells = k.occ_off.take(ids, axis=0)
-    cells += starts[:, None]
-    y, x = np.divmod(starts, k.width)
-    near = np.flatnonzero((np.minimum(y, x) < k.pad + k.reach)
-                          | (np.maximum(y, x) >= k.width - k.pad - k.reach))
-    if len(near):  # redirect cells outside the image to cell 0
-      cells[near] = np.where(k.inside[cells[near]], cells[near], 0)
-    cells += (rows * self.area)[:, None]
-    occ = self.occ.reshape(-1)
-    old = occ[cells]
-    if self.count_busy:  # every stored level is busy: count the cells that were 0
-      self.busy[rows] += ((old == 0) * k.occ_count.take(ids, axis=0)).sum(axis=1)
-    occ[cells] = np.maximum(old, k.occ_val.take(ids, axis=0))
-    # Unclipped: an outside cell only reaches image cells that the frame already saturates.
-    cells = self.cells(rows, k.dil_off, ids, starts)
-    dil = self.dil.reshape(-1)
-    dil[cells] = np.maximum(dil[cells], k.dil_val.take(ids, axis=0))
-
-  def reset(self, rows: np.ndarray) -> None:
-    """Back to the empty frame (whole rows: a copy beats scattering the paddles back)."""
-    self.occ[rows], self.dil[rows] = self.k.frame, self.k.frame_dil
-    self.busy[rows] = np.count_nonzero(self.k.busy[self.k.frame] & self.k.inside)
-
-  def extend(self, rows, gap, angle, last_id, last_start):
-    """`snakes.extend_snake` for one snake per row.
-
-    Args:
-      rows: [A] rows of the maps.
-      gap: [A, 2] gap centre behind the snake's last paddle (the original's pivot).
-      angle: [A] direction of the last paddle.
-      last_id, last_start: [A] the last paddle (patch id, flat start), not yet in the map.
-    Returns:
-      ok [A], and for the new paddle: gap centre [A, 2], direction [A], patch id [A], flat
-      start [A] (rows with ok False hold junk). Where ok, the last paddle has been mapped.
-    """
-    p, k = self.p, self.k
-    dist = float(p.paddle_length + 2 * k.margin)
-    gy = np.ceil(gap[:, 0] + dist * np.sin(angle)).astype(np.int64)
-    gx = np.ceil(gap[:, 1] + dist * np.cos(angle)).astype(np.int64)
-    centre = k.flat(gy, gx)
-    cand = k.cand.take(last_id, axis=0)
-    heads = cand + (centre * len(k.step))[:, None]
-    heads = k.heads.reshape(-1).take(heads)
-    pmf = k.free[self.dil.reshape(-1)[heads + (rows * self.area)[:, None]]]
-    pmf *= k.cand_weight.take(last_id, axis=0)
-    total = pmf.sum(axis=1)
-    ok = total >= 1e-4
-    cmf = np.cumsum(pmf / np.where(ok, total, 1.0)[:, None], axis=1)
-    draws = self.rng.random((len(rows), _TRIALS))
-    chosen = np.zeros(len(rows), dtype=np.int64)
-    start = np.zeros(len(rows), dtype=np.int64)
-    pending = np.flatnonzero(ok)
-    for t in range(_TRIALS):  # a colliding draw is drawn again
-      pick = (cmf[pending] <= draws[pending, t:t + 1]).sum(axis=1)
-      past = pick >= cand.shape[1]
-      pick[past] = 0
-      j, head = cand[pending, pick], heads[pending, pick]
-      # A draw past the last rounded cmf value takes the first candidate, as argmax did.
-      j[past] = k.first_head[centre[pending[past]]]
-      head[past] = k.heads[centre[pending[past]], j[past]]
-      ids = NUM_SEED_DEGREES + j
-      level = self.occ.reshape(-1)[self.cells(rows[pending], k.crit_off, ids, head)]
-      hit = (level >= k.crit_min.take(ids, axis=0)).any(axis=1)
-      chosen[pending[~hit]], start[pending[~hit]] = j[~hit], head[~hit]
-      pending = pending[hit]
-    ok[pending] = False
-    self.map(rows[ok], last_id[ok], last_start[ok])
-    return (ok, np.stack([gy, gx], 1), k.step_angle[chosen], NUM_SEED_DEGREES + chosen, start)
-
-  def free_tails(self, rows, degrees):
-    """Tails uniform among the cells whose seed kernel sees nothing above 0.3, per row.
-
-    The first free cell among uniform draws is uniform over the free cells; a row without one
-    lists them all. Returns y [A], x [A], found [A].
-    """
-    p, k, rng = self.p, self.k, self.rng
-    n, kernel = p.resolution, k.seed_kernel[degrees + NUM_SEED_DEGREES // 2]
-    y, x = rng.integers(0, n, size=(2, len(rows), TAIL_DRAWS))
-    cells = k.flat(y, x)[:, :, None] + kernel[:, None, :] + (rows * self.area)[:, None, None]
-    busy = k.busy[self.occ.reshape(-1)[cells]].any(axis=2)
-    found = ~busy.all(axis=1)
-    first = (np.arange(len(rows)), np.argmin(busy, axis=1))
-    y, x = y[first], x[first]
-    for i in np.flatnonzero(~found):
-      square = k.busy[self.occ[rows[i]]].reshape(k.width, k.width)
-      free = np.flatnonzero(~_kernel_hits(square, kernel[i], k, n))
-      if len(free):
-        y[i], x[i] = divmod(int(free[rng.integers(len(free))]), n)
-        found[i] = True
-    return y, x, found
-
-
 @dataclasses.dataclass
 class _Targets:
   """Finished target pairs: maps and paddles (flat starts), one row each."""
@@ -207,17 +70,6 @@ class _Targets:
   starts: np.ndarray
 
 
-def _kernel_hits(busy: np.ndarray, kernel: np.ndarray, k: Stencils, n: int) -> np.ndarray:
-  """[n, n]: does the seed kernel (flat offsets) placed at each image cell meet a busy cell of
-  the padded square `busy` [W, W]?"""
-  blocked = np.zeros((n, n), dtype=bool)
-  for offset in np.unique(kernel).tolist():
-    dy = int(round(offset / k.width))
-    dx = offset - dy * k.width
-    blocked |= busy[k.pad + dy:k.pad + dy + n, k.pad + dx:k.pad + dx + n]
-  return blocked
-
-
 def _first_seed_cells(p: Params, k: Stencils) -> tuple[np.ndarray, np.ndarray]:
   """Per seed degree, the cells (flat image index, padded [360, C]) and count of first target
   tails: those whose kernel avoids a frame 2 * seed_distance wide (outside the image is free,
@@ -226,7 +78,7 @@ def _first_seed_cells(p: Params, k: Stencils) -> tuple[np.ndarray, np.ndarray]:
   lined = np.zeros((k.width, k.width), dtype=bool)
   lined[k.pad:k.pad + n, k.pad:k.pad + n] = True
   lined[k.pad + band:k.pad + n - band, k.pad + band:k.pad + n - band] = False
-  cells = [np.flatnonzero(~_kernel_hits(lined, kernel, k, n)) for kernel in k.seed_kernel]
+  cells = [np.flatnonzero(~kernel_hits(lined, kernel, k, n)) for kernel in k.seed_kernel]
   count = np.array([len(c) for c in cells])
   table = np.zeros((len(cells), max(1, count.max())), dtype=np.int64)
   for i, c in enumerate(cells):
@@ -247,23 +99,23 @@ def _seed_targets(p: Params, k: Stencils, rng: np.random.Generator, count: int):
   n, half = p.resolution, NUM_SEED_DEGREES // 2
   # First seed: a direction whose kernel fits nowhere ends the attempt; a head or gap outside
   # the image draws again (3 draws in all).
-  degree = rng.integers(-half, half, size=(count, _TRIALS))
+  degree = rng.integers(-half, half, size=(count, TRIALS))
   available = counts[degree + half]
   usable = k.seed_usable[degree + half] & (available > 0)
-  cell = table[degree + half, (rng.random((count, _TRIALS)) * available).astype(np.int64)]
+  cell = table[degree + half, (rng.random((count, TRIALS)) * available).astype(np.int64)]
   y, x = np.divmod(cell, n)
-  gap, inside = _seed_gap(p, k, y, x, seed_angle(degree))
+  gap, inside = seed_gap(p, k, y, x, seed_angle(degree))
   decided = ~usable | inside
   t = np.argmax(decided, axis=1)
   a = np.arange(count)
   ok = decided.any(axis=1) & usable[a, t] & inside[a, t]
   first = (np.stack([y[a, t], x[a, t]], 1), gap[a, t], seed_angle(degree[a, t]), degree[a, t])
   # Second seed: seed_distance from the first tail in a whole-degree direction, unchecked.
-  degree2 = rng.integers(-half, half, size=(count, _TRIALS))
-  phi = seed_angle(rng.integers(0, 360, size=(count, _TRIALS)))
+  degree2 = rng.integers(-half, half, size=(count, TRIALS))
+  phi = seed_angle(rng.integers(0, 360, size=(count, TRIALS)))
   y2 = np.round(first[0][:, :1] + p.seed_distance * np.sin(phi)).astype(np.int64)
   x2 = np.round(first[0][:, 1:] + p.seed_distance * np.cos(phi)).astype(np.int64)
-  gap2, inside2 = _seed_gap(p, k, y2, x2, seed_angle(degree2))
+  gap2, inside2 = seed_gap(p, k, y2, x2, seed_angle(degree2))
   t2 = np.argmax(inside2, axis=1)
   ok &= inside2.any(axis=1)
   second = (np.stack([y2[a, t2], x2[a, t2]], 1), gap2[a, t2], seed_angle(degree2[a, t2]),
@@ -296,7 +148,7 @@ class _SeedQueue:
 def _grow_targets(p: Params, k: Stencils, rng: np.random.Generator, needed: int) -> _Targets:
   """The first `needed` successful `two_snakes` attempts, grown side by side in a pool."""
   pool, slots = min(TARGET_POOL, 16 + 4 * needed), 2 * p.contour_length
-  maps = _Maps(p, k, pool, rng, count_busy=False)
+  maps = Maps(p, k, pool, rng, count_busy=False)
   alive = np.zeros(pool, dtype=bool)
   steps = np.zeros(pool, dtype=np.int64)
   gap = np.zeros((pool, 2, 2), dtype=np.int64)
@@ -346,7 +198,7 @@ def _grow_targets(p: Params, k: Stencils, rng: np.random.Generator, needed: int)
   return out
 
 
-def _distractor(maps: _Maps, rows, ids, starts, count) -> np.ndarray:
+def _distractor(maps: Maps, rows, ids, starts, count) -> np.ndarray:
   """`snakes.make_snake` once per row: a seed, then distractor_length - 1 paddles. Returns
   success [A]; a failed row's map is as before. ids/starts/count: the rows' paddle lists."""
   p, k, rng = maps.p, maps.k, maps.rng
@@ -356,7 +208,7 @@ def _distractor(maps: _Maps, rows, ids, starts, count) -> np.ndarray:
   tail = np.zeros((len(rows), 2), dtype=np.int64)
   gap = np.zeros((len(rows), 2), dtype=np.int64)
   degree = np.zeros(len(rows), dtype=np.int64)
-  for _ in range(_TRIALS):  # a head or gap outside the image draws again; all else ends it
+  for _ in range(TRIALS):  # a head or gap outside the image draws again; all else ends it
     cand = np.flatnonzero(undecided)
     d = rng.integers(-half, half, size=len(cand))
     usable = k.seed_usable[d + half]
@@ -365,7 +217,7 @@ def _distractor(maps: _Maps, rows, ids, starts, count) -> np.ndarray:
     y, x, found = maps.free_tails(rows[cand], d)
     undecided[cand[~found]] = False
     cand, d, y, x = cand[found], d[found], y[found], x[found]
-    g, inside = _seed_gap(p, k, y, x, seed_angle(d))
+    g, inside = seed_gap(p, k, y, x, seed_angle(d))
     win = cand[inside]
     seeded[win], undecided[win] = True, False
     tail[win], gap[win], degree[win] = np.stack([y, x], 1)[inside], g[inside], d[inside]
@@ -412,7 +264,7 @@ def make_scenes(p: Params, rng: np.random.Generator, labels: np.ndarray) -> Scen
       continue
     k = stencils(p, margin)
     targets = _grow_targets(p, k, rng, len(group))
-    maps = _Maps(p, k, 0, rng)
+    maps = Maps(p, k, 0, rng)
     maps.occ, maps.dil, maps.busy = targets.occ, targets.dil, targets.busy
     flat_ids = np.zeros((len(group), slots), dtype=np.int64)
     flat_starts = np.zeros((len(group), slots), dtype=np.int64)
