@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
   pathfinder.add_argument("--seed", type=int, default=0)
   pathfinder.add_argument("--workers", type=int, default=1, help="processes (same output for any)")
   pathfinder.add_argument("--stats", action="store_true",
-                          help="also write stats.json (ink, histogram, marker-distance leak check)")
+                          help="also write stats.json (distractors placed, ink, halo, components, "
+                               "markers, marker-distance leak; see the README's Pathfinder table)")
 
   prep = data_sub.add_parser("prepare", help="raw release / archive -> cache")
   prep.add_argument("task")

@@ -10,6 +10,7 @@ threshold of the generator's stats.json means only the leak is. The CNN sees the
 token sequence), with the 8 symmetries of the square as augmentation (the label is invariant to
 them). `--model dilated` (the default) halves the resolution once, then grows its receptive field
 with dilated residual convolutions until it spans the image, so it can follow a whole contour;
+`--model recurrent` applies one residual convolution many times instead (a learned flood fill);
 `--model plain` is the earlier six-layer CNN. Prints one JSON line per evaluation (step, images
 seen, test accuracy, seconds) and writes them all to --out when given.
 """
@@ -59,7 +60,28 @@ class DilatedCNN(nn.Module):
     return nn.Dense(2)(nn.relu(nn.Dense(4 * w)(x)))
 
 
-MODELS = {"dilated": DilatedCNN, "plain": PlainCNN}
+class RecurrentCNN(nn.Module):
+  """One stride-2 stage, then one residual 3x3 convolution applied `steps` times with shared
+  weights (the input features re-injected each time): a learned flood fill that can carry a
+  marker's activation along its contour. [B, S, S, 1] -> [B, 2] logits."""
+  width: int = 16
+  steps: int = 16
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    w = self.width
+    x = nn.relu(nn.Conv(w, (3, 3))(x))
+    features = nn.Conv(2 * w, (3, 3), strides=2)(x)
+    norm, update = nn.GroupNorm(8), nn.Conv(2 * w, (3, 3))  # one set of weights for all steps
+    h = features
+    for _ in range(self.steps):
+      h = h + update(nn.relu(norm(h + features)))
+    h = nn.relu(nn.GroupNorm(8)(h))
+    h = jnp.concatenate([h.max(axis=(1, 2)), h.mean(axis=(1, 2))], axis=-1)
+    return nn.Dense(2)(nn.relu(nn.Dense(4 * w)(h)))
+
+
+MODELS = {"dilated": DilatedCNN, "recurrent": RecurrentCNN, "plain": PlainCNN}
 
 
 def load(cache: Path, split: str) -> tuple[np.ndarray, np.ndarray]:

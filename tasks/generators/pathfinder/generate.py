@@ -5,7 +5,9 @@ lines, as in the release) and the sidecar scenes/<batch>.npy (markers, target en
 placed, stroke peaks; see `stats.SCENE_DTYPE`). The images are those of Linsley et al.'s snakes
 generator as LRA ran it (see `snakes`, `strokes`, `render`, `params`). Each batch is seeded from
 (seed, resolution, contour length, batch), so the output is byte-identical for any number of
-workers, and a re-run skips finished batches.
+workers, and a re-run skips finished batches (an interrupted batch is redone from its seed, so a
+killed run resumes to the same files). Costs, one core, numpy 2: ~2 ms per 32x32 image and ~30 ms
+per 128x128 one (Path-X targets need ~300 attempts each, as in the original); ~200 MB per worker.
 """
 from __future__ import annotations
 
