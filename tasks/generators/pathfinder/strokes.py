@@ -131,14 +131,13 @@ class Stencils:
     reach: R, from a patch's centre (its paddle's start) to its edge.
     pad: zero cells around the image, so no stencil read or write leaves the array.
     width: W = resolution + 2 pad.
-    line: [I, P, P] uint8 line patches (what is drawn).
     occupancy: [I, P, P] uint8 occupancy patches (what blocks later paddles).
     occ_off, occ_val, occ_count: occupancy cells above 0.3 as lists (see `_cell_lists`); lower
       levels matter only through the dilated map (they can neither collide nor block a seed).
     dil_off, dil_val: the nonzero cells of the occupancy patch dilated by the margin disk.
     crit_off, crit_min: occupancy cells high enough to collide, and the lowest map level each
       collides with.
-    line_off, line_val: the nonzero line cells.
+    line_off, line_val: the nonzero cells of the line patches (what is drawn).
     seed_kernel: [360, K] flat offsets of the cells that must all be at most 0.3 for a seed
       tail (padded by repeating the first): where the occupancy patch is exactly 1, shifted by
       (+1, +1) because the original put the tail at index L+m+1 of its (2(L+m)+1)^2 window
@@ -151,12 +150,10 @@ class Stencils:
     step: [J, 2] `candidate_steps(length + margin)`.
     step_angle: [J] arctan2 of each step: the direction of the paddle drawn to that head
       (which is drawn from the head back towards the gap, i.e. at step_angle + pi).
-    weight: [I, J] continuity weight of each candidate after a paddle with a given id.
-    cand, cand_weight: [I, K] the candidates j whose weight is above 1e-12 and their weights
-      (padded with weight 0). The others are only the original's cos(pi/2)^2 = 4e-33 for turns
+    cand, cand_weight: [I, K] the candidates j whose continuity weight after a paddle with a
+      given id is above 1e-12, and their weights (padded with weight 0). The others are only the original's cos(pi/2)^2 = 4e-33 for turns
       beyond pi / (2 continuity): they cannot be drawn, nor lift a total above 1e-4.
     free: [256] 1 - level(k): the weight of a candidate head whose dilated occupancy is k.
-    collide: [256, 256] level(occupancy) + level(patch) >= 1.8.
     busy: [256] level(k) > 0.3 (the original's `ceil(x - 0.3) != 0`).
     inside: [W * W] bool, the image cells of the padded square.
     frame: [W * W] uint8 occupancy of an empty image: 255 on the padding frame.
@@ -170,7 +167,6 @@ class Stencils:
   reach: int
   pad: int
   width: int
-  line: np.ndarray
   occupancy: np.ndarray
   occ_off: np.ndarray
   occ_val: np.ndarray
@@ -185,11 +181,9 @@ class Stencils:
   seed_usable: np.ndarray
   step: np.ndarray
   step_angle: np.ndarray
-  weight: np.ndarray
   cand: np.ndarray
   cand_weight: np.ndarray
   free: np.ndarray
-  collide: np.ndarray
   busy: np.ndarray
   inside: np.ndarray
   frame: np.ndarray
@@ -278,13 +272,13 @@ def stencils(p: Params, margin: int) -> Stencils:
     j = np.flatnonzero(keep)
     cand[i], cand[i, :len(j)], cand_weight[i, :len(j)] = j[0], j, weight[i, j]
   return Stencils(
-      margin=margin, reach=reach, pad=pad, width=width, line=line, occupancy=occupancy,
+      margin=margin, reach=reach, pad=pad, width=width, occupancy=occupancy,
       occ_off=occ_off, occ_val=occ_val, occ_count=occ_count, dil_off=dil_off, dil_val=dil_val,
       crit_off=crit_off, crit_min=collide_min[crit_val].astype(np.int16), line_off=line_off,
       line_val=line_val, seed_kernel=seed_kernel,
       seed_usable=seed_usable, step=step, step_angle=step_angle,
-      weight=weight, cand=cand, cand_weight=cand_weight, free=1 - level(table),
-      collide=collide, busy=busy, inside=inside.reshape(-1),
+      cand=cand, cand_weight=cand_weight, free=1 - level(table),
+      busy=busy, inside=inside.reshape(-1),
       frame=square.reshape(-1), frame_dil=square_dil.reshape(-1),
       heads=np.where(inb, (hy + pad) * width + hx + pad, BLOCKED), first_head=np.argmax(inb, 1))
 
