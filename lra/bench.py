@@ -22,15 +22,13 @@ import numpy as np
 from flax.training.train_state import TrainState
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from lra.configs import common
 from lra import optim, writers
-from lra.config_loading import apply_overrides
+from lra.config_loading import resolve_config
 from lra.models.build import build_model
 from lra.train import make_steps
-from lra.models.mixers import get_mixer
 from lra.tasks.contract.spec import TaskSpec
 
-# The Latte paper's Text protocol (DATA.md): 6 layers, D=256, 4 heads, MLP 4D, L=D, batch 32.
+# The Latte paper's Text protocol: 6 layers, D=256, 4 heads, MLP 4D, batch 32.
 DEFAULTS = dict(dim=256, num_layers=6, num_heads=4, batch_size=32)
 DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 BASELINE = "softmax"
@@ -38,17 +36,11 @@ BASELINE = "softmax"
 
 def bench_config(mixer: str, *, dim: int, num_layers: int, num_heads: int,
                  overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
-  """The Text paper model at the given sizes; `overrides` are `a.b=value` strings."""
-  get_mixer(mixer)  # an unknown name fails here, listing the valid ones
-  c = common.base_config()
-  c.task, c.preset = "bench", "bench"
-  c.model.mixer = mixer
-  c.model.dim, c.model.num_layers, c.model.num_heads, c.model.mlp_dim = (
-      dim, num_layers, num_heads, 4 * dim)
-  c.mixers.latte.num_latents = dim  # the paper's L=D row for Text
-  c.train.learning_rate, c.train.weight_decay = 1e-3, 0.05
-  c.lock()
-  return apply_overrides(c, overrides)
+  """`lra run text MIXER`'s config (preset paper) at the given sizes, MLP 4D, then `overrides`
+  (`a.b=value` strings): the model the runner would train, built by the same function."""
+  sizes = [f"model.dim={dim}", f"model.num_layers={num_layers}", f"model.num_heads={num_heads}",
+           f"model.mlp_dim={4 * dim}"]
+  return resolve_config("text", mixer, "paper", [*sizes, *overrides])
 
 
 def _bytes_available(device: jax.Device) -> int | None:

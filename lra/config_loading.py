@@ -7,7 +7,7 @@ import hashlib
 import importlib
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import ml_collections
 
@@ -15,25 +15,42 @@ from lra import run_identity
 from lra.tasks import TASKS
 
 
-def load_config(task: str, preset: str = "paper") -> ml_collections.ConfigDict:
-  """`configs/<task>.py:get_config(preset)`, or an error naming what exists."""
+def load_config(task: str, preset: str = "paper",
+                mixer: str = "latte") -> ml_collections.ConfigDict:
+  """`configs/<task>.py:get_config("PRESET,mixer=MIXER")`, or an error naming what exists."""
   if task not in TASKS:
     raise KeyError(f"Unknown task '{task}'. Valid tasks: {', '.join(sorted(TASKS))}")
-  return importlib.import_module(f"lra.configs.{task}").get_config(preset)
+  return importlib.import_module(f"lra.configs.{task}").get_config(f"{preset},mixer={mixer}")
 
 
 def resolve_config(task: str, mixer: str, preset: str = "paper",
                    overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
-  """The preset's config with `model.mixer` set and the overrides applied."""
-  config = load_config(task, preset)
+  """The preset's config for this mixer, with the overrides applied.
+
+  `--config.model.mixer=NAME` among the overrides picks the mixer (and its preset settings) the
+  same way as the MIXER argument.
+  """
+  for item in overrides:
+    if item.partition("=")[0].strip() == "model.mixer":
+      mixer = item.partition("=")[2].strip()
+  overrides = [o for o in overrides if o.partition("=")[0].strip() != "model.mixer"]
+  config = load_config(task, preset, mixer)
   if mixer not in config.mixers:  # one block per registered mixer (tests keep them in step)
     raise KeyError(f"Unknown mixer '{mixer}'. Valid mixers: {', '.join(sorted(config.mixers))}")
-  config.model.mixer = mixer
   return apply_overrides(config, overrides)
 
 
+def preset_reference(config: Mapping[str, Any]) -> dict[str, Any] | None:
+  """Today's preset config for a (stored) config's task, mixer and preset, as a plain dict, or
+  None when that task, mixer or preset no longer exists."""
+  try:
+    return resolve_config(config["task"], config["model"]["mixer"], config["preset"]).to_dict()
+  except (KeyError, ValueError, TypeError):
+    return None
+
+
 def default_run_dir(config: ml_collections.ConfigDict, results_dir: Path) -> Path:
-  """results/runs/<task>/<mixer>/<preset>[+<overrides>]_seed<N> (see run_identity.run_name)."""
+  """results/runs/<task>/<mixer>/<preset>[+<departures>]_seed<N> (see run_identity.run_name)."""
   reference = resolve_config(config.task, config.model.mixer, config.preset)
   name = run_identity.run_name(config.to_dict(), reference.to_dict())
   return Path(results_dir) / "runs" / config.task / config.model.mixer / name

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from lra.config_loading import preset_reference
 from lra.run_identity import config_fingerprint
 from lra.writers import read_metrics
 
@@ -50,7 +51,8 @@ def load_runs(results_dir: Path | str = "results", *, status: str | None = None)
   Returns:
     A DataFrame with FINAL_KEYS plus `run` (the folder name), `variant` (the run name without its
     `_seedN` suffix: runs of one variant and config are seeds of one experiment), `run_dir`
-    (relative to results_dir's parent, with forward slashes) and `config_id` (config_fingerprint).
+    (relative to results_dir's parent, with forward slashes) and `config_id` (the fingerprint
+    of the run's preset and its departures from today's preset: see lra.run_identity).
   """
   results_dir = Path(results_dir)
   rows = []
@@ -64,9 +66,10 @@ def load_runs(results_dir: Path | str = "results", *, status: str | None = None)
     row = {key: final.get(key) for key in FINAL_KEYS}
     config_path = run_dir / "config.json"
     config = json.loads(config_path.read_text()) if config_path.exists() else {}
+    reference = preset_reference(config) if config else None
     row.update(run=run_dir.name, variant=_SEED_SUFFIX.sub("", run_dir.name),
                run_dir=run_dir.relative_to(results_dir.parent).as_posix(),
-               config_id=config_fingerprint(config))
+               config_id=config_fingerprint(config, reference))
     rows.append(row)
   columns = [*FINAL_KEYS, "run", "variant", "run_dir", "config_id"]
   runs = pd.DataFrame(rows, columns=columns)

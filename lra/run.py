@@ -46,13 +46,12 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
   previous = run_dir / "config.json"
   if previous.exists():
     stored = json.loads(previous.read_text())
-    diff = run_identity.config_diff(stored, config.to_dict())
-    if stored.get("train", {}).get("seed") != config.train.seed:  # config_diff leaves seeds out
-      diff["changed"].append(f"train.seed={stored.get('train', {}).get('seed')}")
-    if any(diff.values()):
+    reference = resolve_config(task, config.model.mixer, preset).to_dict()
+    reasons = run_identity.same_run(stored, config.to_dict(), reference)
+    if reasons:
       raise FileExistsError(
-          f"{run_dir} holds a run with a different config ({_describe(diff)}); pass --run-dir "
-          "for a new run, or delete that folder to start over.")
+          f"{run_dir} holds another run ({_describe(reasons)}); pass --run-dir for a new run, "
+          "or delete that folder to start over.")
   final_path = run_dir / "final.json"
   if final_path.exists() and json.loads(final_path.read_text()).get("status") == "complete":
     print(f"{run_dir} is already complete; delete it to run again.", file=sys.stderr)
@@ -63,9 +62,6 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
   return train.train_and_evaluate(config, data, run_dir, progress=progress)
 
 
-def _describe(diff: dict[str, list[str]], limit: int = 4) -> str:
-  parts = ([f"it has {item}" for item in diff["changed"]] +
-           [f"it lacks {key}" for key in diff["missing"]] +
-           [f"it has {key}, unknown now" for key in diff["unknown"]])
-  more = f", and {len(parts) - limit} more" if len(parts) > limit else ""
-  return "; ".join(parts[:limit]) + more
+def _describe(reasons: list[str], limit: int = 4) -> str:
+  more = f", and {len(reasons) - limit} more" if len(reasons) > limit else ""
+  return "; ".join(reasons[:limit]) + more
