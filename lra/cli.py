@@ -37,6 +37,19 @@ def build_parser() -> argparse.ArgumentParser:
 
   sub.add_parser("list", help="tasks, mixers and presets")
 
+  evaluate = sub.add_parser("eval", help="evaluate a run's saved checkpoint on a split (printed "
+                            "and appended to the run's evals.jsonl)")
+  evaluate.add_argument("run_dir", type=Path)
+  evaluate.add_argument("--checkpoint", default="best", choices=("best", "last"),
+                        help="best validation step (default) or the latest checkpoint")
+  evaluate.add_argument("--split", default="test", help="train, val or test (default)")
+  evaluate.add_argument("--data-dir", type=Path)
+
+  diff = sub.add_parser("diff", help="what differs between two runs: config, data, code, "
+                        "versions, device, scores")
+  diff.add_argument("run_a", type=Path)
+  diff.add_argument("run_b", type=Path)
+
   table = sub.add_parser("table", help="rebuild results/tables/* (and the README block) from "
                          "results/runs/*")
   table.add_argument("--results-dir", type=Path, default=Path("results"))
@@ -170,6 +183,20 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
   if args.command == "sweep":
     from lra import sweep
     return sweep.main(args, overrides)
+  if args.command == "diff":
+    from lra import run_diff
+    print(run_diff.format_diff(run_diff.diff_runs(args.run_a, args.run_b), args.run_a,
+                               args.run_b))
+    return 0
+  if args.command == "eval":
+    from lra import evaluation
+    record = evaluation.evaluate_run(args.run_dir, checkpoint=args.checkpoint, split=args.split,
+                                     data_dir=args.data_dir)
+    print(f"{args.run_dir}: {record['checkpoint']} checkpoint (step {record['step']}) on "
+          f"{record['split']}: accuracy {100 * record[args.split + '/accuracy']:.2f}%, loss "
+          f"{record[args.split + '/loss']:.4f} over {record[args.split + '/num_examples']} "
+          f"examples; appended to {args.run_dir / evaluation.EVALS_FILE}")
+    return 0
   from lra import data_commands, run  # deferred: `lra --help` should not wait for JAX
   if args.command in (None, "run"):
     from lra import distributed

@@ -149,3 +149,41 @@ def test_a_new_config_key_leaves_an_old_run_resumable(tmp_path, monkeypatch):
   # Resumed, not restarted: the lines up to step 2 (timings included) are the first run's.
   assert [r for r in rows if r["step"] <= 2] == kept
   assert [r["step"] for r in rows if "train/loss" in r] == [1, 2, 3, 4]
+
+
+def test_eval_reproduces_both_reported_scores(smoke_run, capsys):
+  """`lra eval` on the best checkpoint gives final.json's test accuracy at the best val step;
+  on the last checkpoint, the last step's."""
+  from lra.cli import main
+  root, result = smoke_run
+  run_dir = root / "run"
+  for checkpoint, key in (("best", "test_accuracy"), ("last", "test_accuracy_last")):
+    assert main(["eval", str(run_dir), "--checkpoint", checkpoint, "--split", "test",
+                 "--data-dir", str(root / "data")]) == 0
+    record = read_metrics(run_dir / "evals.jsonl")[-1]
+    assert record["checkpoint"] == checkpoint and record["split"] == "test"
+    assert record["test/accuracy"] == pytest.approx(result[key], abs=1e-6)
+    assert f"{100 * result[key]:.2f}%" in capsys.readouterr().out
+  assert main(["eval", str(root), "--data-dir", str(root / "data")]) == 2
+  assert "not a run directory" in capsys.readouterr().err
+
+
+def test_diff_names_what_differs(smoke_run, tmp_path, capsys):
+  import shutil
+  from lra.cli import main
+  root, _ = smoke_run
+  a, b = root / "run", tmp_path / "other"
+  shutil.copytree(a, b, ignore=shutil.ignore_patterns("checkpoints"))
+  config = json.loads((b / "config.json").read_text())
+  config["train"]["learning_rate"] = 0.5
+  (b / "config.json").write_text(json.dumps(config))
+  final = json.loads((b / "final.json").read_text())
+  final["git_sha"], final["versions"]["jax"] = "0" * 40, "0.0.1"
+  (b / "final.json").write_text(json.dumps(final))
+  assert main(["diff", str(a), str(b)]) == 0
+  out = capsys.readouterr().out
+  assert "config train.learning_rate" in out and "B: 0.5" in out
+  assert "code git_sha" in out and "versions versions.jax" in out
+  assert "scores" not in out and "device" not in out
+  assert main(["diff", str(a), str(a)]) == 0
+  assert "no differences" in capsys.readouterr().out
