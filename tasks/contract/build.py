@@ -11,7 +11,6 @@ meta.json, and swapped in whole (tasks.contract.atomic).
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -19,16 +18,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from lra.tasks.contract import atomic, integrity
-from lra.tasks.contract.cache import (FORMAT_VERSION, META_FILE, array_files, array_path,
-                                      input_keys, read_meta)
+from lra.tasks.contract.cache import (FORMAT_VERSION, META_FILE, CacheWriteError, array_files,
+                                      array_path, input_keys, read_meta)
 from lra.tasks.contract.row_writer import RowWriter
-
-# Failures of the disk we write to, not of the source we read (those keep their own messages).
-_WRITE_ERRNOS = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG, errno.EROFS)
-
-
-class CacheWriteError(OSError):
-  """The new cache could not be written; the old one is untouched."""
 
 
 def _canonical(value: Any) -> Any:
@@ -85,7 +77,11 @@ class CacheWriter:
 
   def write(self, split: str, key: str, array: np.ndarray) -> None:
     """Writes a whole array[N, ...] held in memory."""
-    np.save(array_path(self.folder, split, key), np.asarray(array))
+    path = array_path(self.folder, split, key)
+    try:
+      np.save(path, np.asarray(array))
+    except OSError as e:
+      raise CacheWriteError(path, e) from None
 
   def rows(self, split: str, key: str, capacity: int, width: int, dtype: Any) -> RowWriter:
     """A writer that streams rows[n, width] to disk, for splits too large for memory."""
@@ -133,13 +129,6 @@ def _describe_arrays(folder: Path, meta: dict) -> dict[str, dict]:
   return arrays
 
 
-def _write_failure(error: OSError, out_dir: Path) -> bool:
-  if error.errno in _WRITE_ERRNOS:
-    return True
-  return (error.errno in (errno.EACCES, errno.EPERM) and error.filename is not None
-          and Path(out_dir).parent.resolve() in Path(error.filename).resolve().parents)
-
-
 def build(out_dir: Path, recipe: Recipe, write: Callable[[CacheWriter], dict],
           log: Callable[[str], None] = lambda msg: print(msg, flush=True)) -> dict:
   """The cache at out_dir for `recipe`: kept when current, else made by `write` and swapped in.
@@ -155,8 +144,10 @@ def build(out_dir: Path, recipe: Recipe, write: Callable[[CacheWriter], dict],
     The cache's meta.
   Raises:
     CacheWriteError: the disk refused the new cache (full, read-only); the old one is untouched.
+    Whatever `write` raises about the source (the old cache is untouched then too).
   """
   out_dir = Path(out_dir).expanduser()
+  atomic.recover(out_dir, log)  # a swap a dead process left half done may hold a current cache
   reason = stale_reason(out_dir, recipe)
   if reason is None:
     log(f"{recipe.task}: {out_dir} is up to date with {recipe.source_path} (every array "
@@ -164,20 +155,20 @@ def build(out_dir: Path, recipe: Recipe, write: Callable[[CacheWriter], dict],
     return read_meta(out_dir)
   if reason != "no cache there":
     log(f"{recipe.task}: rebuilding {out_dir}: {reason}.")
+  stage = "setup"
   try:
     with atomic.replacing(out_dir, log) as folder:
       meta = {"format_version": FORMAT_VERSION, "task": recipe.task, "source": recipe.source(),
               "options": _canonical(dict(recipe.options)), "tokenizer": recipe.tokenizer}
+      stage = "task"
       meta.update(write(CacheWriter(folder)))
+      stage = "describe"
       meta["arrays"] = _describe_arrays(folder, meta)
       (folder / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
   except OSError as e:
-    if not _write_failure(e, out_dir):
+    # The task's own OSErrors are about its source (its cache writes raise CacheWriteError);
+    # the rest are ours: the folder beside the cache, meta.json, the swap.
+    if stage == "task" or isinstance(e, CacheWriteError):
       raise
-    where = f" ({e.filename})" if e.filename else ""
-    failure = CacheWriteError(
-        f"Could not write the new cache for {out_dir}: {e.strerror}{where}. The previous cache, "
-        f"if any, is unchanged; free space or fix permissions and run the same command again.")
-    failure.errno = e.errno
-    raise failure from None
+    raise CacheWriteError(e.filename or out_dir, e) from None
   return meta

@@ -40,6 +40,16 @@ class CacheDamagedError(ValueError):
     super().__init__(f"{path}: {problem}. Rebuild the cache: {command}")
 
 
+class CacheWriteError(OSError):
+  """Writing a new cache failed (a full disk, a read-only folder); the old cache is untouched."""
+
+  def __init__(self, path: Path, error: OSError):
+    super().__init__(f"Could not write {path}: {error.strerror or error}. The previous cache, if "
+                     f"any, is unchanged; free space or fix permissions and run the same command "
+                     f"again.")
+    self.errno = error.errno
+
+
 def array_path(cache_dir: Path, split: str, key: str) -> Path:
   return Path(cache_dir) / f"{split}.{key}.npy"
 
@@ -110,9 +120,9 @@ class PreparedData:
     try:
       meta = read_meta(self.cache_dir)
     except ValueError as e:
-      fix = " ".join(hint.split()) or (
-          f"lra data prepare TASK --source PATH --data-dir {self.cache_dir.parent} "
-          f"--cache-name {self.cache_dir.name}")
+      where = f"--data-dir {self.cache_dir.parent} --cache-name {self.cache_dir.name}"
+      fix = (f"{' '.join(hint.split())} (with {where})" if hint
+             else f"lra data prepare TASK --source PATH {where}")
       raise CacheDamagedError(meta_path, str(e), fix) from None
     if meta is None:
       raise DataMissingError(

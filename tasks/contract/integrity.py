@@ -20,15 +20,16 @@ _BLOCK = 1 << 12
 _SAMPLES = 16  # gaps between sampled blocks; the blocks are _SAMPLES + 1, first and last included
 
 
-def read_header(path: Path) -> tuple[tuple[int, ...], np.dtype]:
-  """(shape, dtype) from a .npy header, without mapping the data; ValueError if it is no header."""
+def read_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
+  """(shape, dtype, size the file must have) from a .npy header; ValueError if it is no header."""
   with open(path, "rb") as f:
     version = np.lib.format.read_magic(f)
     if version == (1, 0):
       shape, _, dtype = np.lib.format.read_array_header_1_0(f)
     else:
       shape, _, dtype = np.lib.format.read_array_header_2_0(f)
-  return tuple(shape), np.dtype(dtype)
+    dtype = np.dtype(dtype)
+    return tuple(shape), dtype, f.tell() + int(np.prod(shape)) * dtype.itemsize
 
 
 def sample_digest(path: Path, size: int) -> str:
@@ -46,9 +47,12 @@ def sample_digest(path: Path, size: int) -> str:
 
 
 def describe(path: Path) -> dict:
-  """meta.json's entry for one written array."""
-  shape, dtype = read_header(path)
+  """meta.json's entry for one written array; ValueError when the file is shorter than its header
+  says (a write that failed without an error)."""
+  shape, dtype, expected = read_header(path)
   size = Path(path).stat().st_size
+  if size != expected:
+    raise ValueError(f"{path} has {size:,} bytes; its header implies {expected:,}.")
   return {"shape": list(shape), "dtype": dtype.str, "bytes": size,
           "sha256": "sha256:" + file_checksum(path), "sample": sample_digest(path, size)}
 
@@ -68,10 +72,10 @@ def problem(path: Path, entry: dict, *, full: bool = False) -> str | None:
   if size != entry["bytes"]:
     return f"{size:,} bytes where meta.json records {entry['bytes']:,} (cut short or overwritten)"
   try:
-    shape, dtype = read_header(path)
+    shape, dtype, expected = read_header(path)
   except (ValueError, OSError, EOFError) as e:
     return f"not a readable .npy file ({e})"
-  if list(shape) != entry["shape"] or dtype != np.dtype(entry["dtype"]):
+  if list(shape) != entry["shape"] or dtype != np.dtype(entry["dtype"]) or expected != size:
     return (f"holds {dtype.str} {list(shape)} where meta.json records {entry['dtype']} "
             f"{entry['shape']}")
   if full:

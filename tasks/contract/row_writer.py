@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lra.tasks.contract.cache import CacheWriteError
+
 _COPY_BYTES = 1 << 24
 
 
@@ -26,8 +28,11 @@ class RowWriter:
     self.dtype = np.dtype(dtype)
     self.capacity = capacity
     self.count = 0
-    offset = self._create(self._path, capacity)
-    self._file = open(self._path, "r+b")
+    try:
+      offset = self._create(self._path, capacity)
+      self._file = open(self._path, "r+b")
+    except OSError as e:
+      raise CacheWriteError(self._path, e) from None
     self._file.seek(offset)
 
   def _create(self, path: Path, rows: int) -> int:
@@ -45,11 +50,20 @@ class RowWriter:
     if self.count + len(rows) > self.capacity:
       raise ValueError(f"{self._path}: more than the {self.capacity} rows announced.")
     if rows.size:
-      self._file.write(memoryview(rows).cast("B"))
+      try:
+        self._file.write(memoryview(rows).cast("B"))
+      except OSError as e:
+        raise CacheWriteError(self._path, e) from None
     self.count += len(rows)
 
   def close(self) -> int:
     """Flushes, shrinks the array to the rows written, and returns their count."""
+    try:
+      return self._close()
+    except OSError as e:
+      raise CacheWriteError(self._path, e) from None
+
+  def _close(self) -> int:
     old_offset = self._file.tell() - self.count * self.width * self.dtype.itemsize
     self._file.close()
     if self.count < self.capacity:
