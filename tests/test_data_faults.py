@@ -96,6 +96,8 @@ FAULTS = {
     "meta.json cut": ("meta.json", lambda p: p.write_text(p.read_text()[:200])),
     "meta.json arrays": ("meta.json", lambda p: p.write_text(json.dumps(
         {**json.loads(p.read_text()), "arrays": {}}))),
+    "meta.json types": ("meta.json", lambda p: p.write_text(json.dumps(
+        {**json.loads(p.read_text()), "source": "somewhere"}))),
 }
 
 

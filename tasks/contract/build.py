@@ -171,4 +171,4 @@ def build(out_dir: Path, recipe: Recipe, write: Callable[[CacheWriter], dict],
     if stage == "task" or isinstance(e, CacheWriteError):
       raise
     raise CacheWriteError(e.filename or out_dir, e) from None
-  return meta
+  return _canonical(meta)  # as read back from meta.json next time

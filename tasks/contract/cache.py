@@ -24,8 +24,8 @@ from lra.tasks.contract.spec import TaskSpec
 META_FILE = "meta.json"
 FORMAT_VERSION = 2  # 2: meta.json records every array's shape, dtype, size and digests
 SPLITS = ("train", "val", "test")
-_REQUIRED = ("task", "vocab_size", "seq_len", "num_classes", "splits", "arrays", "source",
-             "options", "tokenizer")
+_REQUIRED = {"task": str, "vocab_size": int, "seq_len": int, "num_classes": int, "splits": dict,
+             "arrays": dict, "source": dict, "options": dict, "tokenizer": str}
 
 
 class DataMissingError(FileNotFoundError):
@@ -88,7 +88,10 @@ def read_meta(cache_dir: Path) -> dict | None:
   missing = [key for key in _REQUIRED if key not in meta]
   if missing:
     raise ValueError(f"lacks {', '.join(missing)}")
-  if not isinstance(meta["arrays"], dict) or sorted(meta["arrays"]) != sorted(array_files(meta)):
+  wrong = [key for key, kind in _REQUIRED.items() if not isinstance(meta[key], kind)]
+  if wrong:
+    raise ValueError(f"has malformed {', '.join(wrong)}")
+  if sorted(meta["arrays"]) != sorted(array_files(meta)):
     raise ValueError(f"lists arrays {sorted(meta['arrays'])}, expected {array_files(meta)}")
   return meta
 

@@ -1,4 +1,5 @@
-"""Seeded ListOps generator following the LRA algorithm (DATA.md), writing the release's TSV format.
+"""Seeded ListOps generator following LRA's own (google-research/long-range-arena, data/listops.py,
+which was unseeded), writing the release's TSV format.
 
 A node at depth d < max_depth is a leaf digit with probability 0.75, else an operator (MIN, MAX,
 MED, SM uniform) with 2..max_args arguments at depth d+1; trees are kept when

@@ -189,7 +189,7 @@ def _read_tfds(data_dir: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def prepare(source: Path, out_dir: Path) -> dict:
   """Converts CIFAR-10 to grayscale tokens in the cache at out_dir and returns its meta.
 
-  A no-op when the cache was made from the same files (sha256) the same way.
+  A no-op when the cache is current: same files (sha256), same conversion, arrays intact.
   """
   src = _locate(source)
   recipe = Recipe(task="image", source_path=src.path, source_format=src.format,

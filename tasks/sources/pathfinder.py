@@ -151,7 +151,8 @@ def prepare_resolution(side: int, task: str, source: Path, out_dir: Path, *,
     split_seed: seed of the 80/10/10 split.
     workers: decoding processes; None picks min(8, cores), and 1 for small sets.
   Returns:
-    The meta; a no-op when metadata (sha256), images (size+mtime) and options are unchanged.
+    The meta; a no-op when metadata (sha256), images (size+mtime) and options are unchanged and
+    the cached arrays are intact.
   """
   if difficulty not in DIFFICULTIES:
     raise ValueError(f"Unknown difficulty '{difficulty}'. Valid: {', '.join(DIFFICULTIES)}.")

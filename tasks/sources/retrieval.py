@@ -88,7 +88,7 @@ def _write_split(path: Path, out: CacheWriter, split: str) -> tuple[int, int]:
 def prepare(source: Path, out_dir: Path) -> dict:
   """Tokenises the three AAN TSVs into the cache at out_dir and returns its meta.
 
-  A no-op when the cache was made from the same files (sha256) by the same tokeniser.
+  A no-op when the cache is current: same files (sha256), same tokeniser, arrays intact.
   """
   paths = _locate(source)
   folder = paths["train"].parent
