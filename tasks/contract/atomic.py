@@ -47,9 +47,11 @@ def recover(target: Path, log=lambda msg: print(msg, file=sys.stderr)) -> None:
   target = Path(target)
   if not target.parent.is_dir():
     return
+  siblings = sorted(target.parent.iterdir())
   for kind in (_OLD, _TMP):  # .old first: it may become the target again
-    for leftover in sorted(target.parent.glob(f".{target.name}{kind}*")):
-      if not _dead_owner(leftover.name[len(f".{target.name}{kind}"):]):
+    prefix = f".{target.name}{kind}"
+    for leftover in siblings:
+      if not leftover.name.startswith(prefix) or not _dead_owner(leftover.name[len(prefix):]):
         continue
       if kind == _OLD and not target.exists():
         os.rename(leftover, target)
