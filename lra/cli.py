@@ -141,6 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
   insp.add_argument("--preset", default="paper", help="whose cache to read (demo/smoke: "
                     "their generated data)")
   insp.add_argument("--cache-name")
+
+  check = data_sub.add_parser("verify", help="sha256 of every cached array against meta.json "
+                              "(loading checks sizes and samples only); exit 1 if any differs")
+  check.add_argument("task")
+  check.add_argument("--data-dir", type=Path)
+  check.add_argument("--preset", default="paper", help="whose cache to check (demo/smoke: "
+                     "their generated data)")
+  check.add_argument("--cache-name")
   _let_global_flags_through(parser)
   return parser
 
@@ -168,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = build_parser().parse_args(argv)
   try:
     return _dispatch(args, overrides)
-  except (KeyError, ValueError, FileNotFoundError, FileExistsError) as e:
+  except (KeyError, ValueError, OSError) as e:  # OSError: a full disk, a read-only folder
     message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
     print(f"lra: error: {message}", file=sys.stderr)
     return 2

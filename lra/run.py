@@ -12,7 +12,7 @@ import ml_collections
 from lra import run_identity, train
 from lra.config_loading import data_cache_dir, default_run_dir, resolve_config
 from lra.tasks import get_task
-from lra.tasks.contract.cache import DataMissingError, PreparedData
+from lra.tasks.contract.cache import CacheDamagedError, DataMissingError, PreparedData
 
 
 def default_data_dir() -> Path:
@@ -21,14 +21,19 @@ def default_data_dir() -> Path:
 
 def load_data(config: ml_collections.ConfigDict, data_dir: Path,
               log=lambda msg: print(msg, file=sys.stderr)) -> PreparedData:
-  """The prepared cache for this config; small presets generate theirs when it is missing."""
+  """The prepared cache for this config, checked; small presets (re)generate theirs when it is
+  missing or damaged. Both the raw files and the cache are replaced whole, so a run killed while
+  generating leaves nothing half-written for the next one to trip on."""
   task = get_task(config.task)
   cache_dir = data_cache_dir(config, data_dir)
   try:
     return PreparedData(cache_dir, hint=task.data_hint)
-  except DataMissingError:
+  except (DataMissingError, CacheDamagedError) as problem:
     if not (config.data.generate and task.generate_small):
       raise
+    if isinstance(problem, CacheDamagedError):
+      log(f"{config.task}: {problem.path.name} in {cache_dir} is damaged ({problem.problem}); "
+          "generating the data again")
   raw_dir = cache_dir.with_name(cache_dir.name + "_raw")
   log(f"{config.task}: generating {config.preset} data in {raw_dir} (seeded, no download)")
   task.generate_small(raw_dir, **config.data.generator.to_dict())
