@@ -15,15 +15,18 @@ from typing import Any, Iterable
 import pandas as pd
 
 from lra.config_loading import preset_reference
-from lra.run_identity import config_fingerprint
+from lra.run_identity import config_fingerprint, flatten
 from lra.writers import read_metrics
 
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
 # Columns of load_runs() taken from final.json as they are (nested dicts are flattened elsewhere).
 FINAL_KEYS = ("status", "task", "mixer", "preset", "seed", "step", "num_steps", "best_step",
-              "val_accuracy", "test_accuracy", "test_accuracy_last", "chance_accuracy",
-              "majority_accuracy", "num_params", "steps_per_s", "wall_time_s", "seq_len",
-              "device", "num_devices", "git_sha")
+              "val_accuracy", "test_accuracy", "best_test_accuracy", "best_test_step",
+              "test_accuracy_last", "chance_accuracy", "majority_accuracy", "num_params",
+              "steps_per_s", "wall_time_s", "examples_seen", "seq_len", "device", "num_devices",
+              "git_sha")
+# The three statistics a run reports, by the final.json key that holds each.
+ACCURACIES = ("test_accuracy", "best_test_accuracy", "test_accuracy_last")
 
 
 def find_results_dir(start: Path | str | None = None) -> Path:
@@ -51,8 +54,9 @@ def load_runs(results_dir: Path | str = "results", *, status: str | None = None)
   Returns:
     A DataFrame with FINAL_KEYS plus `run` (the folder name), `variant` (the run name without its
     `_seedN` suffix: runs of one variant and config are seeds of one experiment), `run_dir`
-    (relative to results_dir's parent, with forward slashes) and `config_id` (the fingerprint
-    of the run's preset and its departures from today's preset: see lra.run_identity).
+    (relative to results_dir's parent, with forward slashes), `config_id` (the fingerprint
+    of the run's preset and its departures from today's preset: see lra.run_identity) and
+    `config` (the run's config.json, flattened to `a.b` keys).
   """
   results_dir = Path(results_dir)
   rows = []
@@ -69,9 +73,9 @@ def load_runs(results_dir: Path | str = "results", *, status: str | None = None)
     reference = preset_reference(config) if config else None
     row.update(run=run_dir.name, variant=_SEED_SUFFIX.sub("", run_dir.name),
                run_dir=run_dir.relative_to(results_dir.parent).as_posix(),
-               config_id=config_fingerprint(config, reference))
+               config_id=config_fingerprint(config, reference), config=flatten(config))
     rows.append(row)
-  columns = [*FINAL_KEYS, "run", "variant", "run_dir", "config_id"]
+  columns = [*FINAL_KEYS, "run", "variant", "run_dir", "config_id", "config"]
   runs = pd.DataFrame(rows, columns=columns)
   if status is not None:
     runs = runs[runs["status"] == status]
@@ -126,10 +130,11 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 
   Returns:
     One row per experiment: task, mixer, preset, label (what tables print as the preset),
-    num_runs, runs (names joined by ';'), test_accuracy / test_accuracy_std, the same for
-    val_accuracy and test_accuracy_last, chance_accuracy, majority_accuracy, steps_per_s,
-    num_params, seq_len, num_steps, device (distinct devices joined by ';'). Accuracies stay
-    fractions in 0..1.
+    num_runs, runs (names joined by ';'), config (the first run's flat config), and mean / `_std`
+    of the three statistics (test_accuracy at the best val step, best_test_accuracy,
+    test_accuracy_last) and of val_accuracy; means of chance_accuracy, majority_accuracy,
+    steps_per_s, examples_seen, wall_time_s; num_params, seq_len, num_steps when the seeds
+    agree; device (distinct devices joined by ';'). Accuracies stay fractions in 0..1.
   """
   keys = ["task", "mixer", "preset", "variant", "config_id"]
   rows = []
@@ -143,10 +148,11 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     if configs_per_variant[(task, mixer, variant)] > 1:
       label += f" [config {config_id}]"
     row = dict(zip(keys, key), label=label, num_runs=len(group),
-               runs=";".join(sorted(group["run"])))
-    for metric in ("test_accuracy", "val_accuracy", "test_accuracy_last"):
+               runs=";".join(sorted(group["run"])), config=group["config"].iloc[0])
+    for metric in (*ACCURACIES, "val_accuracy"):
       row[metric], row[metric + "_std"] = _mean_std(group[metric])
-    for metric in ("chance_accuracy", "majority_accuracy", "steps_per_s"):
+    for metric in ("chance_accuracy", "majority_accuracy", "steps_per_s", "examples_seen",
+                   "wall_time_s"):
       row[metric] = _mean_std(group[metric])[0]
     for metric in ("num_params", "seq_len", "num_steps"):
       values = sorted({int(v) for v in group[metric] if v is not None and not _isnan(v)})
