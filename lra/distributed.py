@@ -70,8 +70,8 @@ class PeerLost(RuntimeError):
   Attributes:
     lost: the lost process's index when it can be told (always with two processes), else None.
     cause: the first line of the error that revealed it.
-    resume_step: the last checkpoint every process finished writing (None: none yet), filled in
-      by the train loop for the message.
+    resume_step: the last checkpoint every process finished writing (0: none yet), filled in by
+      the train loop for the message; None when the loss happened outside it.
   """
 
   def __init__(self, lost: int | None, cause: str):
@@ -85,8 +85,9 @@ class PeerLost(RuntimeError):
 
   def hint(self) -> str:
     """The one line a survivor prints: who was lost, where the run resumes, the command."""
-    where = (f"from its checkpoint at step {self.resume_step}" if self.resume_step else
-             "from the start (no checkpoint was complete yet)")
+    where = ("from its last complete checkpoint" if self.resume_step is None else
+             "from the start (no checkpoint was complete yet)" if self.resume_step == 0 else
+             f"from its checkpoint at step {self.resume_step}")
     command = shlex.join(["lra", *sys.argv[1:]])
     return (f"{self.describe()}; the run is resumable {where}: start all "
             f"{jax.process_count()} processes again with the same command: {command}")

@@ -90,7 +90,8 @@ class RunDirLock:
 
   def __init__(self, run_dir: Path, *, take: bool = True,
                log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)):
-    self.run_dir, self.path, self.take, self.log = Path(run_dir), Path(run_dir) / LOCK_NAME, take, log
+    self.run_dir, self.take, self.log = Path(run_dir), take, log
+    self.path = self.run_dir / LOCK_NAME
     self.me = Holder.this_process()
     self._stop = threading.Event()
     self._refresher: threading.Thread | None = None
@@ -119,11 +120,14 @@ class RunDirLock:
   def _acquire(self) -> None:
     try:
       self.run_dir.mkdir(parents=True, exist_ok=True)
-      if self._create():
-        self._probe_checkpoints()
-        return
+      taken = self._create()
     except OSError as e:
       raise RunDirUnwritable(_unwritable(self.run_dir, e)) from None
+    if not taken:
+      self._take_over()
+    self._probe_checkpoints()
+
+  def _take_over(self) -> None:
     holder = self._holder()
     reason = self._gone(holder)
     if reason is None:
@@ -136,8 +140,10 @@ class RunDirLock:
       raise RunDirLocked(f"{self.run_dir} was just taken by {self._holder_text()}.")
     self.log(f"taking over {self.path} from {holder.describe() if holder else 'an unreadable lock'}"
              f": {reason}")
-    self._write(replace=True)
-    self._probe_checkpoints()
+    try:
+      self._write(replace=True)
+    except OSError as e:
+      raise RunDirUnwritable(_unwritable(self.run_dir, e)) from None
 
   def _create(self) -> bool:
     """Creates the lock with its content in one step (a hard link is atomic, NFS included)."""
@@ -160,7 +166,8 @@ class RunDirLock:
 
   def _holder(self) -> Holder | None:
     try:
-      return Holder(**json.loads(self.path.read_text()))
+      data = json.loads(self.path.read_text())
+      return Holder(**{f.name: data[f.name] for f in dataclasses.fields(Holder) if f.name in data})
     except (OSError, ValueError, TypeError):
       return None
 

@@ -429,7 +429,7 @@ def _faults_end_the_run(stopped: Callable[..., None],
     lost = distributed.lost_peer(error)
     if lost is None:
       raise
-    lost.resume_step = ckpt.committed_step()
+    lost.resume_step = ckpt.committed_step() or 0
     _best_effort(stopped, lost.describe(), write=lost.final_json_is_ours)
     raise lost from None
 

@@ -142,35 +142,52 @@ def test_two_processes_equal_one_and_share_the_work(data_dir, two_hosts, tmp_pat
   assert not {p for p in written[1] if not p.startswith("checkpoints/")}, written[1]
 
 
+@pytest.mark.parametrize("victim, fault", [
+    (1, "DIE"),
+    pytest.param(0, "DIE", marks=pytest.mark.slow, id="0-DIE-the-coordinator"),
+    pytest.param(1, "FREEZE", marks=pytest.mark.slow, id="1-FREEZE-no-answer-no-closed-socket"),
+])
 def test_a_lost_process_stops_the_survivor_and_all_resume_to_the_same_scores(
-    data_dir, compile_cache, two_hosts, tmp_path):
+    victim, fault, data_dir, compile_cache, two_hosts, tmp_path):
   reference_dir, _ = two_hosts
   run_dir, logs = tmp_path / "run", tmp_path / "logs"
   logs.mkdir()
-  # Process 1 dies (SIGKILL) as it starts step 6, once the checkpoint of step 4 is complete.
-  procs = _start_hosts(data_dir, run_dir, logs, compile_cache, faults=(
-      {}, {"LRA_PROBE_DIE_AT_STEP": "6", "LRA_PROBE_AFTER_CHECKPOINT": "4"}))
-  (code0, _, err0, ended0), (code1, _, _, _) = _finish(procs)
-  assert code1 == -signal.SIGKILL
-  died = next(r for r in _probe(logs, 1) if r["kind"] == "die")["time"]
-  stop_s = ended0 - died
-  print(f"survivor stopped {stop_s:.1f} s after its peer died")
-  assert stop_s < 60  # a killed peer closes its sockets: the next collective fails at once
-  assert code0 == 75, err0
-  assert "Traceback" not in err0
-  lines = [line for line in err0.splitlines() if line.startswith("lra: ")]
-  assert len(lines) == 1 and "lost process 1 of 2" in lines[0], err0
+  survivor = 1 - victim
+  # The victim dies (SIGKILL) or freezes (SIGSTOP) as it starts step 6, once the checkpoint of
+  # step 4 is complete. A frozen peer closes no socket: the survivor waits LRA_PEER_TIMEOUT_S.
+  faults = [{}, {}]
+  faults[victim] = {f"LRA_PROBE_{fault}_AT_STEP": "6", "LRA_PROBE_AFTER_CHECKPOINT": "4"}
+  timeout_s = 5 if fault == "FREEZE" else None
+  procs = _start_hosts(data_dir, run_dir, logs, compile_cache, faults, timeout_s)
+  code, _, err, ended = _finish([procs[survivor]])[0]
+  if fault == "FREEZE":
+    procs[victim].send_signal(signal.SIGKILL)
+  assert _finish([procs[victim]])[0][0] == -signal.SIGKILL
+  faulted = next(r for r in _probe(logs, victim) if r["kind"] == fault.lower())["time"]
+  stop_s = ended - faulted
+  print(f"survivor {survivor} stopped {stop_s:.1f} s after process {victim} {fault}: {err}")
+  assert stop_s < (timeout_s or 0) + 60  # generous: a loaded machine; typically 0.3 s and 5 s
+  assert code == 75, err
+  assert "Traceback" not in err
+  lines = [line for line in err.splitlines() if line.startswith("lra: ")]
+  assert len(lines) == 1 and f"lost process {victim} of 2" in lines[0], err
+  assert ("Timed out" in lines[0]) == (fault == "FREEZE")  # the collective timeout, not a reset
   assert "resumable from its checkpoint at step 4" in lines[0] and "--distributed" in lines[0]
   final = json.loads((run_dir / "final.json").read_text())
-  assert final["status"] == "interrupted" and "lost process 1" in final["stop_reason"]
-  assert not (run_dir / "lock").exists()  # the survivor let go of the run directory
+  assert final["status"] == "interrupted" and f"lost process {victim}" in final["stop_reason"]
+  if victim == 0:  # process 0 writes the run files; once it is gone, the survivor records the stop
+    assert "final.json" in {r["path"] for r in _probe(logs, 1) if r["kind"] == "write"}
+  # The lock: released by a surviving process 0, left behind by a killed one (and taken over).
+  assert (run_dir / "lock").exists() == (victim == 0)
 
   # Restart both: they resume from the last complete checkpoint and end where an uninterrupted
   # run ends, every loss and score equal.
   restart_logs = tmp_path / "restart_logs"
   restart_logs.mkdir()
-  for code, _, err, _ in _finish(_start_hosts(data_dir, run_dir, restart_logs, compile_cache)):
+  restarted = _finish(_start_hosts(data_dir, run_dir, restart_logs, compile_cache))
+  for code, _, err, _ in restarted:
     assert code == 0, err
+  assert ("taking over" in restarted[0][2]) == (victim == 0)
   first_steps = [next(r["step"] for r in _probe(restart_logs, i) if r["kind"] == "train")
                  for i in (0, 1)]
   assert first_steps == [5, 5]  # resumed from the checkpoint of step 4
@@ -178,3 +195,13 @@ def test_a_lost_process_stops_the_survivor_and_all_resume_to_the_same_scores(
   reference = json.loads((reference_dir / "final.json").read_text())
   assert {k: resumed[k] for k in SCORES} == {k: reference[k] for k in SCORES}
   assert _rows(run_dir) == _rows(reference_dir)
+
+
+def test_a_bad_peer_timeout_says_what_to_set(monkeypatch):
+  from lra import distributed
+  monkeypatch.setenv("LRA_PEER_TIMEOUT_S", "2m")
+  with pytest.raises(ValueError, match=r"LRA_PEER_TIMEOUT_S='2m': expected a whole number of "
+                     r"seconds >= 1, e.g. LRA_PEER_TIMEOUT_S=120"):
+    distributed.peer_timeout_s()
+  monkeypatch.setenv("LRA_PEER_TIMEOUT_S", "7")
+  assert distributed.peer_timeout_s() == 7
