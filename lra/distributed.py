@@ -4,6 +4,7 @@ process from any other error.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import shlex
 import sys
@@ -32,9 +33,12 @@ def initialize(requested: bool = False) -> bool:
 
   How long a survivor waits for a lost peer (LRA_PEER_TIMEOUT_S, default 120 s): a peer killed
   outright closes its sockets, so the next collective fails at once; a peer that stops answering
-  (a frozen or unplugged host) fails the collective after this timeout (XLA's CPU collectives;
-  on GPUs and TPUs JAX's heartbeat, set to this plus HEARTBEAT_MARGIN_S, is the bound). Either
-  way `lost_peer` recognises the error and the run stops as `interrupted`.
+  (a frozen or unplugged host) fails it after this timeout (XLA's CPU collective timeout). Either
+  error is recognised by `lost_peer` and the run stops as `interrupted`. The backstop, for a
+  process blocked outside a collective and for accelerators' collectives, is JAX's heartbeat (set
+  to this plus HEARTBEAT_MARGIN_S), which aborts the process with JAX's own fatal message: the
+  runtime client's missed-heartbeat callback that could make it clean is not passed on by
+  `jax.distributed.initialize`, and a Python one given directly fails (std::bad_cast, jaxlib 0.10).
   """
   if not (requested or os.environ.get(ENV_FLAG, "").lower() in ("1", "true", "yes")):
     return False
@@ -48,7 +52,9 @@ def initialize(requested: bool = False) -> bool:
     # Read when the CPU backend starts, which is after this call.
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                f" --xla_cpu_collective_timeout_seconds={timeout}").strip()
-  jax.distributed.initialize(**kwargs, heartbeat_timeout_seconds=timeout + HEARTBEAT_MARGIN_S)
+  if "heartbeat_timeout_seconds" in inspect.signature(jax.distributed.initialize).parameters:
+    kwargs["heartbeat_timeout_seconds"] = timeout + HEARTBEAT_MARGIN_S  # JAX >= 0.7
+  jax.distributed.initialize(**kwargs)
   return True
 
 
@@ -108,7 +114,9 @@ def lost_peer(error: BaseException) -> PeerLost | None:
   """`error` as a PeerLost when it says a peer process is gone; None for any other error."""
   if isinstance(error, PeerLost):
     return error
-  if jax.process_count() < 2 or not isinstance(error, Exception):
+  # is_initialized first: process_count() would start a backend just to answer "one".
+  if not (jax.distributed.is_initialized() and isinstance(error, Exception)
+          and jax.process_count() > 1):
     return None
   text = str(error)
   if not any(marker in text for marker in _PEER_LOSS_MARKERS):
