@@ -225,30 +225,29 @@ def table_command(args: argparse.Namespace) -> int:
   readme = args.readme
   if readme is None and (args.results_dir.parent / "README.md").exists():
     readme = args.results_dir.parent / "README.md"
-  # Unreadable run files are skipped with a RunFileWarning: one plain line each, no source line.
-  with warnings.catch_warnings(record=True) as skipped:
-    warnings.simplefilter("always", results.RunFileWarning)
-    if args.check:
-      unreadable = results.unreadable_run_files(args.results_dir)
+  if args.check:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", results.RunFileWarning)  # reported below, as failures
       stale = tables.check(args.results_dir, readme)
+    unreadable = results.unreadable_run_files(args.results_dir)
+    for problem in unreadable:
+      print(f"lra table --check: {problem}", file=sys.stderr)
+    for path in stale:
+      print(f"lra table --check: {path} differs from what the runs give", file=sys.stderr)
+    if stale:
+      print("Run `lra table` and commit the result.", file=sys.stderr)
+    return 1 if stale or unreadable else 0
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always", results.RunFileWarning)
+    written = tables.write(args.results_dir, readme)
+  for warning in caught:  # a skipped run file: one plain line, not Python's warning format
+    if issubclass(warning.category, results.RunFileWarning):
+      print(f"lra table: warning: {warning.message}", file=sys.stderr)
     else:
-      written = tables.write(args.results_dir, readme)
-  if not args.check:
-    for warning in skipped:
-      if issubclass(warning.category, results.RunFileWarning):
-        print(f"lra table: warning: {warning.message}", file=sys.stderr)
-      else:
-        warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
-    for path in written:
-      print(f"wrote {path}")
-    return 0
-  for problem in unreadable:
-    print(f"lra table --check: {problem}", file=sys.stderr)
-  for path in stale:
-    print(f"lra table --check: {path} differs from what the runs give", file=sys.stderr)
-  if stale:
-    print("Run `lra table` and commit the result.", file=sys.stderr)
-  return 1 if stale or unreadable else 0
+      warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+  for path in written:
+    print(f"wrote {path}")
+  return 0
 
 
 def exit_code(result: dict) -> int:
