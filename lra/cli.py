@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -174,15 +177,39 @@ def main(argv: Sequence[str] | None = None) -> int:
   overrides = [a[len("--config."):] for a in argv if a.startswith("--config.")]
   argv = [a for a in argv if not a.startswith("--config.")]
   args = build_parser().parse_args(argv)
+  # Orbax logs a failed background save through absl, with its threads' tracebacks; the run
+  # reports the failure itself, once, with the fix (checkpoints.CheckpointWriteError).
+  logging.getLogger("absl").setLevel(logging.CRITICAL)
   try:
     return _dispatch(args, overrides)
-  except (KeyError, ValueError, OSError) as e:  # OSError: a full disk, a read-only folder
+  except Exception as e:  # pylint: disable=broad-except
+    _exit_if_a_peer_was_lost(e)
+    if not isinstance(e, (KeyError, ValueError, OSError)):  # OSError: a full disk, a read-only dir
+      raise
     message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
     print(f"lra: error: {message}", file=sys.stderr)
     return 2
   except KeyboardInterrupt:
     print("\nlra: interrupted", file=sys.stderr)
     return 130
+
+
+def _exit_if_a_peer_was_lost(error: Exception) -> None:
+  """A multi-host run that lost a process ends here: one line, then an immediate exit.
+
+  Not a normal exit: JAX's exit handler would wait at a shutdown barrier for the lost process
+  (minutes), and Orbax threads for saves that can no longer finish.
+  """
+  if "jax" not in sys.modules:
+    return
+  from lra import distributed
+  lost = distributed.lost_peer(error)
+  if lost is None:
+    return
+  print(f"lra: {lost.hint()}", file=sys.stderr)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(distributed.EXIT_PEER_LOST)  # pylint: disable=protected-access
 
 
 def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
@@ -229,18 +256,31 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
 
 
 def table_command(args: argparse.Namespace) -> int:
-  from lra import tables
+  from lra import results, tables
   readme = args.readme
   if readme is None and (args.results_dir.parent / "README.md").exists():
     readme = args.results_dir.parent / "README.md"
   if args.check:
-    stale = tables.check(args.results_dir, readme)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", results.RunFileWarning)  # reported below, as failures
+      stale = tables.check(args.results_dir, readme)
+    unreadable = results.unreadable_run_files(args.results_dir)
+    for problem in unreadable:
+      print(f"lra table --check: {problem}", file=sys.stderr)
     for path in stale:
       print(f"lra table --check: {path} differs from what the runs give", file=sys.stderr)
     if stale:
       print("Run `lra table` and commit the result.", file=sys.stderr)
-    return 1 if stale else 0
-  for path in tables.write(args.results_dir, readme):
+    return 1 if stale or unreadable else 0
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always", results.RunFileWarning)
+    written = tables.write(args.results_dir, readme)
+  for warning in caught:  # a skipped run file: one plain line, not Python's warning format
+    if issubclass(warning.category, results.RunFileWarning):
+      print(f"lra table: warning: {warning.message}", file=sys.stderr)
+    else:
+      warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+  for path in written:
     print(f"wrote {path}")
   return 0
 

@@ -2,6 +2,8 @@
 
 Notebooks and `lra table` read results/ through this module only, so the layout
 `results/runs/<task>/<mixer>/<run>/{config.json,metrics.jsonl,final.json}` is known in one place.
+A run file that cannot be read (truncated, corrupted) is named in a RunFileWarning and its run
+(or, for metrics.jsonl, its curves) is skipped; `unreadable_run_files` lists them all.
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import math
 import re
 import statistics
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -16,7 +19,6 @@ import pandas as pd
 
 from lra.config_loading import preset_reference
 from lra.run_identity import config_fingerprint, flatten
-from lra.writers import read_metrics
 
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
 # Columns of load_runs() taken from final.json as they are (nested dicts are flattened elsewhere).
@@ -44,12 +46,74 @@ def find_results_dir(start: Path | str | None = None) -> Path:
                           "`lra run TASK MIXER` first, or pass the results folder explicitly.")
 
 
+class RunFileWarning(UserWarning):
+  """A run file that cannot be read; what uses it skips it."""
+
+
+def _problem(path: Path, what: str) -> str:
+  return (f"{path}: {what}; skipped. Rerun that run's `lra run` command to rewrite it, or delete "
+          f"{path.parent} if the run is not wanted.")
+
+
+def _json_problem(path: Path) -> tuple[dict | None, str | None]:
+  """A JSON object file's content, or what is wrong with it."""
+  try:
+    data = json.loads(path.read_text())
+  except (OSError, UnicodeDecodeError) as e:
+    return None, _problem(path, f"cannot be read ({e})")
+  except json.JSONDecodeError as e:
+    return None, _problem(path, f"not valid JSON (truncated or corrupted: {e})")
+  if not isinstance(data, dict):
+    return None, _problem(path, f"expected a JSON object, found {type(data).__name__}")
+  return data, None
+
+
+def _metrics_problem(path: Path) -> tuple[list[dict], str | None]:
+  """metrics.jsonl's rows and what is wrong with it, if anything.
+
+  A last line cut short (no newline: a kill while writing it) loses that line only; any other
+  bad line means the file is corrupted and no row is trusted.
+  """
+  try:
+    text = path.read_text()
+  except (OSError, UnicodeDecodeError) as e:
+    return [], _problem(path, f"cannot be read ({e})")
+  lines = text.splitlines()
+  rows = []
+  for number, line in enumerate(lines, start=1):
+    try:
+      row = json.loads(line)
+    except json.JSONDecodeError:
+      row = None
+    if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+      if number == len(lines) and not text.endswith("\n"):
+        return rows, (f"{path}: line {number} is cut short (a kill while writing it); that line "
+                      "is skipped.")
+      return [], _problem(path, f"line {number} is not a metrics record (corrupted)")
+    rows.append(row)
+  return rows, None
+
+
+def unreadable_run_files(results_dir: Path | str = "results") -> list[str]:
+  """One message per final.json, config.json or metrics.jsonl under runs/ that cannot be read."""
+  problems = []
+  for path in sorted(Path(results_dir).glob("runs/*/*/*/*")):
+    if path.name in ("final.json", "config.json"):
+      problems.append(_json_problem(path)[1])
+    elif path.name == "metrics.jsonl":
+      problems.append(_metrics_problem(path)[1])
+  return [p for p in problems if p]
+
+
 def load_runs(results_dir: Path | str = "results", *, status: str | None = None) -> pd.DataFrame:
   """One row per run directory with a final.json, sorted by task, mixer and run name.
 
+  A run whose final.json or config.json cannot be read is skipped with a RunFileWarning.
+
   Args:
     results_dir: the folder holding runs/.
-    status: keep only runs with this status ("complete", "diverged", "running"); None keeps all.
+    status: keep only runs with this status ("complete", "diverged", "interrupted", "running");
+      None keeps all.
 
   Returns:
     A DataFrame with FINAL_KEYS plus `run` (the folder name), `variant` (the run name without its
@@ -62,15 +126,16 @@ def load_runs(results_dir: Path | str = "results", *, status: str | None = None)
   rows = []
   for final_path in sorted(results_dir.glob("runs/*/*/*/final.json")):
     run_dir = final_path.parent
-    try:
-      final = json.loads(final_path.read_text())
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{final_path}: not valid JSON ({e}); delete the run folder or rerun "
-                       "its `lra run` command to rewrite it.") from None
-    row = {key: final.get(key) for key in FINAL_KEYS}
+    final, problem = _json_problem(final_path)
     config_path = run_dir / "config.json"
-    config = json.loads(config_path.read_text()) if config_path.exists() else {}
+    config = {}
+    if problem is None and config_path.exists():
+      config, problem = _json_problem(config_path)
+    if problem is not None:
+      warnings.warn(problem, RunFileWarning, stacklevel=2)
+      continue
     reference = preset_reference(config) if config else None
+    row = {key: final.get(key) for key in FINAL_KEYS}
     row.update(run=run_dir.name, variant=_SEED_SUFFIX.sub("", run_dir.name),
                run_dir=run_dir.relative_to(results_dir.parent).as_posix(),
                config_id=config_fingerprint(config, reference), config=flatten(config))
@@ -86,10 +151,13 @@ def load_curves(run_dir: Path | str) -> pd.DataFrame:
   """A run's metrics.jsonl as one row per step (train and eval lines of a step merged).
 
   Columns are `step` plus the flat metric keys (`train/loss`, `val/accuracy`, ...); a metric not
-  logged at a step is NaN there.
+  logged at a step is NaN there. A RunFileWarning names a damaged file: a last line cut short is
+  dropped, any other bad line drops the whole file (no rows).
   """
   path = Path(run_dir) / "metrics.jsonl"
-  rows = read_metrics(path) if path.exists() else []
+  rows, problem = _metrics_problem(path) if path.exists() else ([], None)
+  if problem is not None:
+    warnings.warn(problem, RunFileWarning, stacklevel=2)
   if not rows:
     return pd.DataFrame({"step": pd.Series(dtype=int)})
   frame = pd.DataFrame(rows)

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import ml_collections
 
-from lra import run_identity, train
+from lra import run_identity, run_lock, train
 from lra.config_loading import data_cache_dir, default_run_dir, resolve_config
 from lra.tasks import get_task
 from lra.tasks.contract.cache import CacheDamagedError, DataMissingError, PreparedData
@@ -44,10 +44,20 @@ def load_data(config: ml_collections.ConfigDict, data_dir: Path,
 def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str] = (),
         data_dir: Path | None = None, run_dir: Path | None = None,
         results_dir: Path = Path("results"), progress: bool = True) -> dict[str, Any]:
-  """Trains and evaluates one (task, mixer) pair; resumes an unfinished run in the same dir."""
+  """Trains and evaluates one (task, mixer) pair; resumes an unfinished run in the same dir.
+
+  The run directory is locked first (one run per folder; checked writable before anything else).
+  """
   config = resolve_config(task, mixer, preset, overrides)
-  data = load_data(config, data_dir or default_data_dir())
   run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir)
+  with run_lock.hold(run_dir):
+    return _run_locked(config, run_dir, data_dir, progress)
+
+
+def _run_locked(config: ml_collections.ConfigDict, run_dir: Path, data_dir: Path | None,
+                progress: bool) -> dict[str, Any]:
+  task, mixer, preset = config.task, config.model.mixer, config.preset
+  data = load_data(config, data_dir or default_data_dir())
   previous = run_dir / "config.json"
   if previous.exists():
     stored = json.loads(previous.read_text())

@@ -6,17 +6,19 @@
      saved step wins; the data order and the dropout masks are functions of (seed, step), so the
      state and a little bookkeeping (`Book`) are all a resumed run needs to continue exactly;
   3. `_loop`: train steps; at log points the train metrics, at eval points val and test, at
-     checkpoint points a save; a stop request (Ctrl-C, SIGTERM) saves and returns;
+     checkpoint points a save; a stop request (Ctrl-C, SIGTERM) saves and returns; a lost peer
+     process or a failed checkpoint write records `interrupted` and raises;
   4. `RunFiles.final`: final.json with the status, both reported statistics and provenance.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import flax.linen as nn
 import jax
@@ -264,8 +266,9 @@ class RunFiles:
     self.context = {**label_baselines(data), **writers.environment()}
 
   def final(self, status: str, step: int, book: Book, last_test: float | None, wall: float,
-            rate: float) -> dict[str, Any]:
-    """Writes final.json (process 0) and returns its dict."""
+            rate: float, *, stop_reason: str | None = None,
+            write: bool | None = None) -> dict[str, Any]:
+    """Writes final.json (process 0, or whoever `write` says) and returns its dict."""
     config, spec = self.config, self.data.spec
     result = {
         "status": status, "task": config.task, "mixer": config.model.mixer,
@@ -278,9 +281,9 @@ class RunFiles:
         "num_params": self.num_params, "steps_per_s": rate, "wall_time_s": wall,
         "examples_seen": step * config.train.batch_size, "seq_len": spec.seq_len,
         "data": {k: self.data.meta.get(k) for k in ("splits", "source", "validation", "options")},
-        "dtype": config.model.dtype, **self.context,
+        "dtype": config.model.dtype, "stop_reason": stop_reason, **self.context,
     }
-    if self.lead:
+    if self.lead if write is None else write:
       writers.write_json_atomic(self.run_dir / "final.json", result)
     return result
 
@@ -331,8 +334,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
     if start_step:
       bar.message(f"resuming {run_dir} from step {start_step}")
     return _loop(config, data, s, state, book, start_step, ckpt, files, bar)
+  except distributed.PeerLost:
+    ckpt = None  # closing waits for saves in flight, whose barriers need the lost process
+    raise
   finally:
-    ckpt.close()
+    if ckpt is not None:
+      ckpt.close()
 
 
 def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state: TrainState,
@@ -357,7 +364,11 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
             jax.device_put({k: np.float32(v) for k, v in book.window.items()}, s.replicated))
   last_test, rate = None, 0.0
   files.final("running", step, book, None, previous_wall, 0.0)
-  with interrupts.StopRequest() as stop:
+
+  def stopped(reason: str, write: bool | None = None) -> None:  # a stop the loop did not choose
+    files.final("interrupted", step, book, None, wall(), rate, stop_reason=reason, write=write)
+
+  with interrupts.StopRequest() as stop, _faults_end_the_run(stopped, ckpt):
     while step < tc.num_steps:
       state, sums = s.train_step(state, s.put(next(stream), tc.batch_size))
       # Summed on the device; fetched only at log points so the host never waits in between.
@@ -398,9 +409,38 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
         bar.message(f"{stop.signal_name} at step {step}: saving a checkpoint and stopping")
         save(step, window)
         ckpt.wait()
-        return files.final("interrupted", step, book, None, wall(), rate)
-  ckpt.wait()
+        return files.final("interrupted", step, book, None, wall(), rate,
+                           stop_reason=stop.signal_name)
+    ckpt.wait()
   return files.final("complete", step, book, last_test, wall(), rate)
+
+
+@contextlib.contextmanager
+def _faults_end_the_run(stopped: Callable[..., None],
+                        ckpt: checkpoints.Checkpointer) -> Iterator[None]:
+  """A lost peer process or a failed checkpoint write ends the run as `interrupted` (resumable) in
+  final.json, then propagates: PeerLost (with the step to resume from) or CheckpointWriteError."""
+  try:
+    yield
+  except checkpoints.CheckpointWriteError as error:
+    _best_effort(stopped, f"checkpoint write failed: {error}")
+    raise
+  except Exception as error:  # pylint: disable=broad-except
+    lost = distributed.lost_peer(error)
+    if lost is None:
+      raise
+    lost.resume_step = ckpt.committed_step() or 0
+    _best_effort(stopped, lost.describe(), write=lost.final_json_is_ours)
+    raise lost from None
+
+
+def _best_effort(stopped: Callable[..., None], reason: str, **kwargs) -> None:
+  # final.json is the record of the stop, but the error being reported matters more than it
+  # (a full disk may refuse this write too).
+  try:
+    stopped(reason, **kwargs)
+  except OSError:
+    pass
 
 
 def _stop_agreed(requested: bool, log_point: bool) -> bool:

@@ -32,7 +32,7 @@ def write_run(results_dir, task, mixer, preset, seed, test, *, status="complete"
   for step, loss in curve:
     lines.append(json.dumps({"step": step, "train/loss": loss, "train/accuracy": 1 - loss}))
     lines.append(json.dumps({"step": step, "val/accuracy": 1 - loss / 2}))
-  (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n{\"step\": 3")  # torn last line
+  (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
   final = {"status": status, "task": task, "mixer": mixer, "preset": preset, "seed": seed,
            "step": 20, "num_steps": 20, "best_step": 20, "val_accuracy": val or test,
            "test_accuracy": test, "best_test_accuracy": test if best is None else best,
@@ -81,10 +81,14 @@ def test_load_runs_and_curves(grid):
   assert len(results.load_runs(res, status="complete")) == 20
   run = runs[(runs.task == "text") & (runs.seed == 2)].iloc[0]
   assert run.run_dir == "results/runs/text/latte/paper_seed2" and run.variant == "paper"
-  curves = results.load_curves(res.parent / run.run_dir)
+  with open(res.parent / run.run_dir / "metrics.jsonl", "a") as f:
+    f.write('{"step": 3')  # a last line cut short by a kill
+  with pytest.warns(results.RunFileWarning, match="text/latte/paper_seed2/metrics.jsonl: line 5"):
+    curves = results.load_curves(res.parent / run.run_dir)
   assert list(curves["step"]) == [10, 20]  # train and val lines of a step merged, torn line gone
   assert curves.loc[1, "train/loss"] == 0.6 and curves.loc[1, "val/accuracy"] == 0.7
-  every = results.load_all_curves(runs, res)
+  with pytest.warns(results.RunFileWarning):  # the same cut-short line, once per reader
+    every = results.load_all_curves(runs, res)
   assert len(every) == 44 and set(every["mixer"]) == {"latte", "softmax"}
 
 
@@ -198,11 +202,39 @@ def test_malformed_inputs_name_the_file(tmp_path):
                  "source\nX,x,,last,12,abc,1,1,1,,paper\n")
   with pytest.raises(ValueError, match=r"published.csv:2: text is 'abc'"):
     tables.load_published(bad)
-  res = tmp_path / "results"
-  run = write_run(res, "listops", "latte", "paper", 0, 0.4)
-  (run / "final.json").write_text("{")
-  with pytest.raises(ValueError, match="final.json"):
-    results.load_runs(res)
+
+
+def test_damaged_run_files_are_named_skipped_and_fail_the_check(grid, tmp_path, capsys):
+  """A truncated final.json, a corrupted metrics.jsonl and a config.json that is not an object:
+  readers name each file and skip it; `lra table` warns and goes on; `--check` fails."""
+  res, _ = grid
+  assert main(["table", "--results-dir", str(res)]) == 0
+  runs = res / "runs"
+  final = runs / "listops/latte/paper_seed0/final.json"
+  final.write_text(final.read_text()[:40])  # truncated
+  metrics = runs / "text/latte/paper_seed1/metrics.jsonl"
+  lines = metrics.read_text().splitlines()
+  metrics.write_text("\n".join([lines[0], "\x00\x00garbage", *lines[1:]]) + "\n")  # corrupted
+  config = runs / "image/latte/paper_seed2/config.json"
+  config.write_text("[1, 2]")
+
+  with pytest.warns(results.RunFileWarning) as caught:
+    runs_frame = results.load_runs(res)
+  messages = [str(w.message) for w in caught]
+  assert any(str(final) in m and "not valid JSON" in m for m in messages)
+  assert any(str(config) in m and "JSON object" in m for m in messages)
+  assert len(runs_frame) == 20  # the two runs above are skipped, the others read
+  with pytest.warns(results.RunFileWarning, match=r"paper_seed1/metrics.jsonl: line 2"):
+    assert results.load_curves(metrics.parent).empty
+
+  capsys.readouterr()
+  assert main(["table", "--results-dir", str(res)]) == 0
+  err = capsys.readouterr().err
+  assert err.count("lra table: warning:") == 2 and str(final) in err and "Traceback" not in err
+  assert main(["table", "--results-dir", str(res), "--check"]) == 1
+  err = capsys.readouterr().err
+  for path in (final, metrics, config):
+    assert f"lra table --check: {path}" in err
 
 
 def test_committed_tables_are_current():
