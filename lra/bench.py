@@ -24,10 +24,9 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra.configs import common
 from lra import optim, writers
-from lra.config_loading import apply_overrides
+from lra.config_loading import apply_overrides, mixer_label, use_mixer
 from lra.models.build import build_model
 from lra.train import make_steps
-from lra.models.mixers import get_mixer
 from lra.tasks.contract.spec import TaskSpec
 
 # The Latte paper's Text protocol (DATA.md): 6 layers, D=256, 4 heads, MLP 4D, L=D, batch 32.
@@ -39,10 +38,9 @@ BASELINE = "softmax"
 def bench_config(mixer: str, *, dim: int, num_layers: int, num_heads: int,
                  overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
   """The Text paper model at the given sizes; `overrides` are `a.b=value` strings."""
-  get_mixer(mixer)  # an unknown name fails here, listing the valid ones
   c = common.base_config()
   c.task, c.preset = "bench", "bench"
-  c.model.mixer = mixer
+  use_mixer(c, mixer)  # an unknown name fails here, listing the valid ones
   c.model.dim, c.model.num_layers, c.model.num_heads, c.model.mlp_dim = (
       dim, num_layers, num_heads, 4 * dim)
   c.mixers.latte.num_latents = dim  # the paper's L=D row for Text
@@ -89,7 +87,7 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
   spec = TaskSpec(vocab_size=257, seq_len=seq_len, num_classes=2)
   device = jax.devices()[0]
   record: dict[str, Any] = {
-      "mixer": mixer, "seq_len": seq_len, "batch_size": batch_size,
+      "mixer": mixer_label(config), "seq_len": seq_len, "batch_size": batch_size,
       "device": f"{device.platform}:{getattr(device, 'device_kind', '')}", "dim": dim,
       "num_layers": num_layers, "num_heads": num_heads, "overrides": list(overrides),
       "status": "ok", "time_ms": None, "tokens_per_s": None, "peak_bytes": None}

@@ -6,6 +6,7 @@ import ast
 import hashlib
 import importlib
 import json
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -26,17 +27,44 @@ def resolve_config(task: str, mixer: str, preset: str = "paper",
                    overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
   """The preset's config with `model.mixer` set and the overrides applied."""
   config = load_config(task, preset)
-  if mixer not in config.mixers:  # one block per registered mixer (tests keep them in step)
-    raise KeyError(f"Unknown mixer '{mixer}'. Valid mixers: {', '.join(sorted(config.mixers))}")
-  config.model.mixer = mixer
+  use_mixer(config, mixer)
   return apply_overrides(config, overrides)
 
 
+def use_mixer(config: ml_collections.ConfigDict, mixer: str) -> None:
+  """Sets `model.mixer` to MIXER: a registered name, or one from outside the suite
+  (`path/file.py:Class`, `module:Class`, an `lra.mixers` entry point; see lra.models.mixers).
+
+  A registered mixer's block is in every config. An outside one brings its block,
+  `mixers.<Class>` from its fields' defaults, and `mixer_source` (spec, sha256 of its file), so
+  config.json says what ran and a changed file is a different config.
+  """
+  if mixer in config.mixers:
+    config.model.mixer = mixer
+    return
+  from lra.models.mixers import default_settings, find_mixer  # JAX only for outside mixers
+  found = find_mixer(mixer)
+  with config.unlocked():
+    config.mixers[found.key] = default_settings(found.cls)
+    config.mixer_source = found.source
+  config.model.mixer = found.key
+
+
+def mixer_label(config: ml_collections.ConfigDict) -> str:
+  """How run folders and tables name the mixer: its name, and for a mixer from outside the suite
+  `<Class>@<first 8 hex of its file's sha256>`, so each version of the file is its own row."""
+  source = config.get("mixer_source")
+  label = config.model.mixer + (f"@{source.sha256[:8]}" if source else "")
+  return re.sub(r"[^A-Za-z0-9._@-]", "-", label)
+
+
 def default_run_dir(config: ml_collections.ConfigDict, results_dir: Path) -> Path:
-  """results/runs/<task>/<mixer>/<preset>[+<overrides>]_seed<N> (see run_identity.run_name)."""
-  reference = resolve_config(config.task, config.model.mixer, config.preset)
+  """results/runs/<task>/<mixer label>/<preset>[+<overrides>]_seed<N> (run_identity.run_name)."""
+  source = config.get("mixer_source")
+  reference = resolve_config(config.task, source.spec if source else config.model.mixer,
+                             config.preset)
   name = run_identity.run_name(config.to_dict(), reference.to_dict())
-  return Path(results_dir) / "runs" / config.task / config.model.mixer / name
+  return Path(results_dir) / "runs" / config.task / mixer_label(config) / name
 
 
 def data_cache_dir(config: ml_collections.ConfigDict, data_dir: Path) -> Path:
