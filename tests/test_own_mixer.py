@@ -87,6 +87,8 @@ def test_lra_check_passes_the_good_layer_and_names_what_the_leaky_one_breaks(lay
   out = capsys.readouterr().out
   assert "FAIL  padding invariance" in out and "PASS  shape" in out
   assert out.strip().splitlines()[-1].endswith("properties fail: padding invariance")
+  assert main(["check", f"{layer_file}:MeanGate", "--config.model.dim=8"]) == 2
+  assert "reads only --config.mixers" in capsys.readouterr().err
 
 
 def test_import_forms_and_their_errors(layer_file, monkeypatch):

@@ -39,7 +39,7 @@ MIXERS: dict[str, type[nn.Module]] = {
 ENTRY_POINT_GROUP = "lra.mixers"
 # Fields the encoder sets; every other field with a plain default is a config setting.
 CONTRACT_FIELDS = ("dim", "num_heads", "max_len")
-_FORMS = ("a registered name, path/to/file.py:ClassName, module.path:ClassName, or an installed "
+_FORMS = ("path/to/file.py:ClassName, module.path:ClassName or the name of an installed "
           f"'{ENTRY_POINT_GROUP}' entry point")
 
 
