@@ -28,10 +28,6 @@ PADS = 7              # at the end of the second of the two rows
 MEMORY_T = 8192
 MEMORY_FRACTION = 1 / 8  # softmax's T x T scores alone are 512 MiB per head at T=8192
 BASELINE = "softmax"  # the quadratic mixer the memory property compares with (SoftmaxMixer)
-# The checks run tiny inputs once each, so compile time is nearly all their cost. LLVM's
-# optimisation level halves it on CPU and changes neither what is computed nor XLA's buffer plan
-# (train_step_bytes is identical at level 0).
-FAST_COMPILE = {"xla_backend_optimization_level": 0} if jax.default_backend() == "cpu" else {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +40,14 @@ class Result:
   def line(self) -> str:
     mark = {True: "PASS", False: "FAIL", None: "n/a "}[self.passed]
     return f"{mark}  {self.name:<19} {self.detail}"
+
+
+@functools.cache
+def _compiler_options() -> dict[str, Any] | None:
+  # The checks run tiny inputs once each, so compile time is nearly all their cost. LLVM's
+  # optimisation level 0 halves it on CPU and changes neither what is computed nor XLA's buffer
+  # plan (train_step_bytes is identical).
+  return {"xla_backend_optimization_level": 0} if jax.default_backend() == "cpu" else None
 
 
 def _max_abs(a: Any, b: Any = 0.0) -> float:
@@ -103,10 +107,10 @@ class MixerContract:
     return self._eager_init[1]
 
   def _call(self, name: str, fn: Callable, *args):
-    """fn(*args) through a program compiled once per (name, shapes) with FAST_COMPILE."""
+    """fn(*args) through a program compiled once per (name, shapes), for compile speed."""
     key = (name, jax.tree.structure(args), tuple(jnp.shape(a) for a in jax.tree.leaves(args)))
     if key not in self._compiled:
-      self._compiled[key] = jax.jit(fn).lower(*args).compile(FAST_COMPILE or None)
+      self._compiled[key] = jax.jit(fn).lower(*args).compile(_compiler_options())
     return self._compiled[key](*args)
 
   def forward(self, x: jax.Array, mask: jax.Array, carry=None):
@@ -235,7 +239,7 @@ def train_step_bytes(cls: type[nn.Module], settings: dict[str, Any], dim: int,
                                                    deterministic=True), x, mask)
   loss = lambda p, a, m: jnp.sum(module.apply(p, a, m, deterministic=True)[0] ** 2)
   compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(params, x, mask).compile(
-      FAST_COMPILE or None)
+      _compiler_options())
   stats = compiled.memory_analysis()
   return stats.temp_size_in_bytes + stats.argument_size_in_bytes + stats.output_size_in_bytes
 
