@@ -1,6 +1,7 @@
 """The mixer contract (lra.models.mixers.contract, also run by `lra check`) over the registry."""
 import functools
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,6 +47,27 @@ def test_memory_at_8k_is_far_below_softmax(name):
   forward+backward plans under 1/8 of softmax's memory."""
   result = contract(name).check("memory", catch=False)
   assert result.passed, result.line()
+
+
+class _MaskAfterExp(nn.Module):
+  """Latte's old bug in miniature: pads are dropped after exp, so a large pad logit's inf meets
+  a zero weight; the forward stays finite, the gradient is 0 * inf = NaN."""
+  dim: int
+  num_heads: int
+  max_len: int
+
+  @nn.compact
+  def __call__(self, x, mask, *, deterministic, carry=None):
+    weights = jnp.where(mask[..., None], jnp.exp(nn.Dense(1)(x)), 0.0)              # [B,T,1]
+    pooled = jnp.sum(weights * x, axis=1, keepdims=True) / jnp.sum(weights, axis=1, keepdims=True)
+    return jnp.broadcast_to(pooled, x.shape), carry
+
+
+def test_finite_gradients_catches_masking_after_exp():
+  subject = MixerContract(_MaskAfterExp, {})
+  assert subject.check("padding invariance").passed  # the forward alone shows nothing wrong
+  result = subject.check("finite gradients")
+  assert result.passed is False and "NaN/inf w.r.t. inputs (huge rows)" in result.detail
 
 
 def test_latte_pad_logit_far_above_the_real_max_has_finite_gradients():
