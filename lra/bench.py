@@ -23,7 +23,7 @@ from flax.training.train_state import TrainState
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra import optim, writers
-from lra.config_loading import resolve_config
+from lra.config_loading import mixer_label, resolve_config
 from lra.models.build import build_model
 from lra.train import make_steps
 from lra.tasks.contract.spec import TaskSpec
@@ -81,7 +81,7 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
   spec = TaskSpec(vocab_size=257, seq_len=seq_len, num_classes=2)
   device = jax.devices()[0]
   record: dict[str, Any] = {
-      "mixer": mixer, "seq_len": seq_len, "batch_size": batch_size,
+      "mixer": mixer_label(config), "seq_len": seq_len, "batch_size": batch_size,
       "device": f"{device.platform}:{getattr(device, 'device_kind', '')}", "dim": dim,
       "num_layers": num_layers, "num_heads": num_heads, "overrides": list(overrides),
       "status": "ok", "time_ms": None, "tokens_per_s": None, "peak_bytes": None}

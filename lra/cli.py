@@ -11,6 +11,8 @@ from typing import Sequence
 
 DEMO = ("listops", "latte", "demo")
 LOCAL_RESULTS = "local"  # results/local/runs/...: the bare demo's runs, kept out of git
+MIXER_HELP = ("a registered mixer (lra list), your own as path/to/file.py:ClassName or "
+              "module.path:ClassName, or one an installed package registers (lra.mixers)")
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -35,8 +37,17 @@ def build_parser() -> argparse.ArgumentParser:
 
   run = sub.add_parser("run", help="train and evaluate one task with one mixer")
   run.add_argument("task")
-  run.add_argument("mixer")
+  run.add_argument("mixer", help=MIXER_HELP)
   _add_run_args(run)
+
+  check = sub.add_parser(
+      "check", help="check one mixer against the mixer contract: a PASS/FAIL line per property "
+      "with what was measured; exit 1 if any fails",
+      epilog="Settings: --config.mixers.NAME.FIELD=VALUE (NAME: the registered name, or the class"
+      " name of an import path).")
+  check.add_argument("mixer", help=MIXER_HELP)
+  check.add_argument("--dim", type=int, default=16, help="D of the small checks (default 16)")
+  check.add_argument("--heads", type=int, default=2, help="H (default 2)")
 
   sub.add_parser("list", help="tasks, mixers and presets")
 
@@ -215,6 +226,8 @@ def _exit_if_a_peer_was_lost(error: Exception) -> None:
 def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
   if args.command == "table":
     return table_command(args)
+  if args.command == "check":
+    return check_command(args, overrides)
   if args.command == "sweep":
     from lra import sweep
     return sweep.main(args, overrides)
@@ -282,6 +295,39 @@ def table_command(args: argparse.Namespace) -> int:
       warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
   for path in written:
     print(f"wrote {path}")
+  return 0
+
+
+def check_command(args: argparse.Namespace, overrides: list[str]) -> int:
+  """`lra check MIXER`: the contract's properties, one line each; 1 if any fails."""
+  from lra.config_loading import apply_overrides, use_mixer
+  from lra.configs.common import base_config
+  from lra.models.mixers import find_mixer
+  from lra.models.mixers.contract import PADS, PROPERTIES, MixerContract
+  for item in overrides:
+    if not item.startswith("mixers."):
+      raise ValueError(f"--config.{item}: lra check reads only --config.mixers.NAME.FIELD=VALUE "
+                       "(sizes: --dim, --heads).")
+  config = base_config("check", "check", "latte", tokens=False)  # only its mixer blocks are read
+  config.lock()
+  use_mixer(config, args.mixer)
+  settings = apply_overrides(config, overrides).mixers[config.model.mixer].to_dict()
+  found = find_mixer(args.mixer)
+  contract = MixerContract(found.cls, settings, dim=args.dim, num_heads=args.heads)
+  print(f"lra check {args.mixer}: {found.cls.__name__}"
+        f"({', '.join(f'{k}={v!r}' for k, v in settings.items())}) at D={args.dim}, "
+        f"H={args.heads}, T={contract.length} (2 rows, the second ending in {PADS} pads)"
+        + (f"; source sha256 {found.source['sha256'][:8]}" if found.source else ""), flush=True)
+  failed = []
+  for name in PROPERTIES:
+    result = contract.check(name)
+    print(result.line(), flush=True)
+    if result.passed is False:
+      failed.append(name)
+  if failed:
+    print(f"lra check: {len(failed)} of {len(PROPERTIES)} properties fail: {', '.join(failed)}")
+    return 1
+  print(f"lra check: {args.mixer} meets the mixer contract")
   return 0
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from lra.configs.common import PRESETS
 from lra.run import default_data_dir
-from lra.models.mixers import MIXERS, describe
+from lra.models.mixers import MIXERS, describe, entry_points
 from lra.tasks import TASKS, get_task
 from lra.tasks.contract.cache import PreparedData, rebuild_command
 
@@ -23,6 +23,8 @@ def print_list() -> None:
   print("Mixers:")
   for name in MIXERS:
     print(f"  {name:<16} {describe(name)}")
+  for name, ep in entry_points().items():  # installed packages' mixers (lra.mixers)
+    print(f"  {name:<16} {ep.value} (installed{f' from {ep.dist.name}' if ep.dist else ''})")
   print(f"Presets: {', '.join(PRESETS)}  (lra run TASK MIXER --preset P)")
 
 

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import ml_collections
 
 from lra import run_identity, run_lock, train
-from lra.config_loading import data_cache_dir, default_run_dir, resolve_config
+from lra.config_loading import data_cache_dir, default_run_dir, reference_config, resolve_config
 from lra.tasks import get_task
 from lra.tasks.contract.cache import CacheDamagedError, DataMissingError, PreparedData
 
@@ -61,7 +61,7 @@ def _run_locked(config: ml_collections.ConfigDict, run_dir: Path, data_dir: Path
   previous = run_dir / "config.json"
   if previous.exists():
     stored = json.loads(previous.read_text())
-    reference = resolve_config(task, config.model.mixer, preset).to_dict()
+    reference = reference_config(config.to_dict()).to_dict()
     reasons = run_identity.same_run(stored, config.to_dict(), reference)
     if reasons:
       raise FileExistsError(

@@ -31,6 +31,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra import checkpoints, distributed, interrupts, optim, writers
+from lra.config_loading import mixer_label
 from lra.models.build import build_model
 from lra.tasks.contract.batches import eval_batches, train_batches
 from lra.tasks.contract.cache import PreparedData
@@ -271,7 +272,7 @@ class RunFiles:
     """Writes final.json (process 0, or whoever `write` says) and returns its dict."""
     config, spec = self.config, self.data.spec
     result = {
-        "status": status, "task": config.task, "mixer": config.model.mixer,
+        "status": status, "task": config.task, "mixer": mixer_label(config),
         "preset": config.preset, "seed": config.train.seed, "step": step,
         "num_steps": config.train.num_steps, "best_step": book.best_val["step"],
         "val_accuracy": book.best_val["val/accuracy"],
@@ -283,6 +284,8 @@ class RunFiles:
         "data": {k: self.data.meta.get(k) for k in ("splits", "source", "validation", "options")},
         "dtype": config.model.dtype, "stop_reason": stop_reason, **self.context,
     }
+    if "mixer_source" in config:  # a mixer from outside the suite: which file, which version
+      result["mixer_source"] = config.mixer_source.to_dict()
     if self.lead if write is None else write:
       writers.write_json_atomic(self.run_dir / "final.json", result)
     return result

@@ -27,7 +27,9 @@ def latte_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -
   # The max is only a stabiliser (softmax is shift-invariant), so no gradient flows through it.
   k_max = jnp.max(jnp.where(real, k, -jnp.inf), axis=1, keepdims=True)
   k_max = jax.lax.stop_gradient(jnp.where(jnp.isfinite(k_max), k_max, 0.0))
-  k_exp = jnp.where(real, jnp.exp(k - k_max), 0.0)                    # [B,T,H,L]
+  # Mask before exp, not after: a pad logit over ~88 above the real max overflows exp, and the
+  # discarded inf would still turn the gradient into 0 * inf = NaN.
+  k_exp = jnp.exp(jnp.where(real, k - k_max, -jnp.inf))               # [B,T,H,L]
   normaliser = jnp.sum(k_exp, axis=1)                                  # [B,H,L]
   states = jnp.einsum("bthl,bthd->bhld", k_exp, v)                     # [B,H,L,Dv]
   # An all-pad sequence has a zero normaliser; its outputs are ignored, so keep them finite.
