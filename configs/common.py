@@ -14,15 +14,17 @@ def mixer_configs() -> ml_collections.ConfigDict:
   """One block per mixer in models.mixers.MIXERS (the tests fail if one is missing)."""
   return ml_collections.ConfigDict({
       "softmax": {},
-      # vapor: value-acting positional rotations (Latte paper, ICLR version).
-      "latte": {"num_latents": 40, "vapor": False},
+      # vapor: value-acting positional rotations (Latte paper, ICLR version). bias: biases on the
+      # q, k, v and output projections (none in the paper's equations or the authors' code).
+      "latte": {"num_latents": 40, "vapor": False, "bias": False},
       # Local window of w=128 (|t-s| <= 64) plus the same 40 latents as Latte.
       "latte_macchiato": {"num_latents": 40, "window": 128},
-      # Latent probabilities from y = BiRGLRU(Conv_K(x)); recurrence=False gives Latte-Conv.
-      "latte_rglru": {"num_latents": 40, "conv_size": 3, "recurrence": True, "combine": "concat"},
+      # Latent probabilities from y = BiRGLRU(x): the ICLR version's RG-LRU replaces Latte-Conv's
+      # 1-D conv; latent_input="conv" is Latte-Conv (width conv_size, no recurrence). combine:
+      # "sum" (one set of gates, both directions added) | "concat" (ours: gates per direction).
+      "latte_rglru": {"num_latents": 40, "latent_input": "rglru", "conv_size": 3, "combine": "sum"},
       # The above plus Macchiato's local window; rope=True in the window for token (text) tasks.
-      "latte_rglru_swa": {"num_latents": 40, "window": 128, "rope": False, "conv_size": 3,
-                          "recurrence": True, "combine": "concat"},
+      "latte_rglru_swa": {"num_latents": 40, "window": 128, "rope": False, "combine": "sum"},
       "linear": {},
       # FAVOR+ with 256 orthogonal features per head; kernel="relu" is what the LRA code ran.
       "performer": {"num_features": 256, "kernel": "softmax", "redraw": False, "seed": 0},

@@ -13,8 +13,9 @@ EXTRA_PADS = 8  # appended in the padding test; max_len covers it, as a task's s
 
 # Options that change a mixer's maths get the contract too: test id -> (mixer, overrides).
 VARIANTS = {"latte+vapor": ("latte", {"vapor": True}),
-            "latte_rglru+conv_only": ("latte_rglru", {"recurrence": False}),
-            "latte_rglru_swa+rope": ("latte_rglru_swa", {"rope": True, "combine": "sum"})}
+            "latte_rglru+conv": ("latte_rglru", {"latent_input": "conv"}),
+            "latte_rglru+concat": ("latte_rglru", {"combine": "concat"}),
+            "latte_rglru_swa+rope": ("latte_rglru_swa", {"rope": True, "combine": "concat"})}
 
 
 def _build(name):
