@@ -74,10 +74,18 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.dropout = 0.1
   c.model.embedding = "token"
   c.model.pos_encoding = "sinusoidal"
-  c.model.pooling = "mean"
+  c.model.pooling = "mean"        # mean | cls | last (last real token: the authors' Latte code, v1)
   c.model.dtype = "float32"       # compute dtype: float32 | bfloat16 (params and loss stay fp32)
   c.model.remat = False           # recompute block activations in backward (memory for compute)
-  c.model.block = "prenorm"       # prenorm | plusplus (Latte paper's "++" block: gated, RMSNorm)
+  # prenorm | plusplus (Latte paper, ICLR version: "++" = RMSNorm and a GLU feed-forward).
+  c.model.block = "prenorm"
+  c.model.glu = "sigmoid"         # "++" feed-forward gate: sigmoid (GLU, the paper) | gelu (GeGLU)
+  c.model.mixer_gate = False      # ours: Dense(GELU(Dense h) * Mixer(h)), Griffin-style
+  # Dropout on the MLP's hidden units too (ours); the authors' Latte code drops only its output.
+  c.model.mlp_hidden_dropout = True
+  c.model.final_norm = True       # norm before pooling (pre-norm practice); authors' code: none
+  # mlp: Dense(D)-GELU-Dense(C) | linear: Dense(C) (the authors' code for one sequence).
+  c.model.head = "mlp"
 
   c.mixers = mixer_configs()
 
