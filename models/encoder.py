@@ -1,9 +1,9 @@
 """The one bidirectional encoder every mixer plugs into, and the classifier heads on top of it.
 
 tokens -> embedding + positions -> N pre-LN blocks [x + Drop(Mixer(LN x)); x + Drop(MLP(LN x))]
-(or the Latte paper's "++" blocks, see EncoderBlock) -> LN -> masked mean (or CLS, or last-token)
-pooling -> MLP (or linear) classifier. Retrieval encodes both documents with the same weights and
-classifies [u, v, u*v, u-v].
+(or the Latte paper's "++" blocks, see EncoderBlock) -> [final norm] -> masked mean (or CLS, or
+last real token) pooling -> MLP (or linear) classifier. Retrieval encodes both documents with the
+same weights and classifies [u, v, u*v, u-v].
 """
 from __future__ import annotations
 
