@@ -3,9 +3,10 @@
 A task file (configs/<task>.py) holds that task's facts (its training-set size, its rows of the
 papers' tables) and calls the pieces below; each piece is written once, here:
   paper(...)          the Latte paper's protocol for one row of its Table 4 (the default preset);
+  latte_code(...)     where the Latte authors' code departs from the paper (preset latte_code);
   lra_rsqrt(...)      the original LRA code's optimizer for ListOps/Text/Retrieval;
   lra_cosine(...)     the original LRA code's optimizer for Image/Pathfinder/Path-X;
-  lra_mixers(...)     the mixer settings the original LRA code ran;
+  lra_model(...)      the original LRA code's model details and mixer settings;
   smoke(...)          a few steps of a one-layer model on whatever is prepared (tests);
   small_generated(...)  the smoke/demo presets of the tasks whose data the suite generates.
 Where each value comes from is in docs/protocol.md.
@@ -20,7 +21,7 @@ import dataclasses
 
 import ml_collections
 
-PRESETS = ("paper", "lra", "smoke", "demo")
+PRESETS = ("paper", "latte_code", "lra", "smoke", "demo")
 # The LRA task's own data at full length, with a model a laptop CPU trains in about an hour or two.
 CPU_PRESETS = ("laptop",)
 LATTE_FAMILY = ("latte", "latte_macchiato", "latte_rglru", "latte_rglru_swa")
@@ -46,15 +47,17 @@ def mixer_configs() -> ml_collections.ConfigDict:
   """One block per mixer in lra.models.mixers.MIXERS (the tests fail if one is missing)."""
   return ml_collections.ConfigDict({
       "softmax": {},
-      # vapor: value-acting positional rotations (Latte paper, ICLR version).
-      "latte": {"num_latents": 40, "vapor": False},
+      # vapor: value-acting positional rotations (Latte paper, ICLR version). bias: biases on the
+      # q, k, v and output projections (none in the paper's equations or the authors' code).
+      "latte": {"num_latents": 40, "vapor": False, "bias": False},
       # Local window of w=128 (|t-s| <= 64) plus the same 40 latents as Latte.
       "latte_macchiato": {"num_latents": 40, "window": 128},
-      # Latent probabilities from y = BiRGLRU(Conv_K(x)); recurrence=False gives Latte-Conv.
-      "latte_rglru": {"num_latents": 40, "conv_size": 3, "recurrence": True, "combine": "concat"},
+      # Latent probabilities from y = BiRGLRU(x): the ICLR version's RG-LRU replaces Latte-Conv's
+      # 1-D conv; latent_input="conv" is Latte-Conv (width conv_size, no recurrence). combine:
+      # "sum" (one set of gates, both directions added) | "concat" (ours: gates per direction).
+      "latte_rglru": {"num_latents": 40, "latent_input": "rglru", "conv_size": 3, "combine": "sum"},
       # The above plus Macchiato's local window; rope=True rotates the window's queries and keys.
-      "latte_rglru_swa": {"num_latents": 40, "window": 128, "rope": False, "conv_size": 3,
-                          "recurrence": True, "combine": "concat"},
+      "latte_rglru_swa": {"num_latents": 40, "window": 128, "rope": False, "combine": "sum"},
       "linear": {},
       # FAVOR+ with 256 orthogonal features per head; kernel="relu" is what the LRA code ran.
       "performer": {"num_features": 256, "kernel": "softmax", "redraw": False, "seed": 0},
@@ -92,10 +95,18 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.model.dropout = 0.1
   c.model.embedding = "token"       # token | dense (pixels scaled to [-1, 1], then Dense)
   c.model.pos_encoding = "sinusoidal"  # sinusoidal | learned
-  c.model.pooling = "mean"          # mean over real tokens | cls
+  c.model.pooling = "mean"          # mean over real tokens | cls | last (last real token)
   c.model.dtype = "float32"         # compute dtype: float32 | bfloat16 (params and loss fp32)
   c.model.remat = False             # recompute block activations in backward (memory for time)
-  c.model.block = "prenorm"         # prenorm | plusplus (Latte paper's "++" block)
+  # prenorm | plusplus (Latte paper, ICLR version: "++" = RMSNorm and a GLU feed-forward).
+  c.model.block = "prenorm"
+  c.model.glu = "sigmoid"           # "++" feed-forward gate: sigmoid (GLU, the paper) | gelu (GeGLU)
+  c.model.mixer_gate = False        # ours: Dense(GELU(Dense h) * Mixer(h)), Griffin-style
+  # Where the Latte paper is silent, its authors' code (docs/protocol.md): the MLP drops only its
+  # output, no norm before pooling, a linear head for one sequence.
+  c.model.mlp_hidden_dropout = False  # True: dropout on the MLP's hidden units too
+  c.model.final_norm = False        # True: a norm before pooling (LayerNorm; RMSNorm under "++")
+  c.model.head = "linear"           # linear: Dense(C) | mlp: Dense(D)-GELU-Dense(C)
 
   c.mixers = mixer_configs()
   c.mixers.latte_rglru_swa.rope = tokens
@@ -172,6 +183,29 @@ def paper(c: ml_collections.ConfigDict, row: PaperRow, num_train: int) -> None:
   every_epoch(c, steps_per_epoch)
 
 
+def latte_code(c: ml_collections.ConfigDict, *, latents: int | None = None,
+               learning_rate: float | None = None, embedding: str | None = None) -> None:
+  """The Latte authors' code (raresdolga/latte_transformer, HEAD) where it departs from the paper,
+  applied after `paper`: weight decay 0.01 for every task (its trainer ignores the configured
+  value), and the task's own departures (its config file's L, learning rate, pixel embedding).
+  The architecture needs nothing here: where the paper is silent the defaults are the code's."""
+  c.train.weight_decay = 0.01
+  if latents is not None:
+    set_latents(c, latents)
+  if learning_rate is not None:
+    c.train.learning_rate = learning_rate
+  if embedding is not None:
+    c.model.embedding = embedding
+
+
+def lra_model(c: ml_collections.ConfigDict) -> None:
+  """The model details of the original LRA code: a final LayerNorm before pooling
+  (`encoder_norm`), an MLP classifier head, and the mixer settings it ran."""
+  c.model.final_norm = True
+  c.model.head = "mlp"
+  lra_mixers(c)
+
+
 def lra_mixers(c: ml_collections.ConfigDict) -> None:
   """The mixer settings the original LRA code ran."""
   c.mixers.performer.kernel = "relu"
@@ -191,7 +225,7 @@ def lra_rsqrt(c: ml_collections.ConfigDict, *, num_steps: int, warmup_steps: int
   c.train.weight_decay = 0.1
   c.train.b1, c.train.b2, c.train.eps = 0.9, 0.98, 1e-9
   c.train.grad_clip_norm = 0.0
-  lra_mixers(c)
+  lra_model(c)
 
 
 def lra_cosine(c: ml_collections.ConfigDict, *, batch_size: int, learning_rate: float,
@@ -207,7 +241,7 @@ def lra_cosine(c: ml_collections.ConfigDict, *, batch_size: int, learning_rate: 
   c.train.b1, c.train.b2, c.train.eps = 0.9, 0.98, 1e-9
   c.train.grad_clip_norm = 0.0
   every_epoch(c, steps_per_epoch)
-  lra_mixers(c)
+  lra_model(c)
 
 
 def smoke(c: ml_collections.ConfigDict) -> None:

@@ -18,11 +18,13 @@ PAPER = common.PaperRow(dim=512, latents=40, learning_rate=1e-3, batch_size=32,
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, ("paper", "lra", "smoke"))
+  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke"))
   c = common.base_config("image", preset, mixer, tokens=False)
   c.eval.batch_size = 250
-  if preset == "paper":
+  if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)
+    if preset == "latte_code":
+      common.latte_code(c, latents=512)  # configs/lra_cifar10.yaml
   elif preset == "lra":
     # LRA image/configs/cifar10/base_cifar10_config.py (transformer): 1 layer, 1 head, D=32,
     # MLP 64, dropout 0.3 (attention dropout 0.2 there; one rate here), CLS pooling, learned

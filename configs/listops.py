@@ -19,8 +19,10 @@ PAPER = common.PaperRow(dim=128, latents=40, learning_rate=1e-3, batch_size=64,
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   preset, mixer = common.parse_arg(arg, (*common.PRESETS, *common.CPU_PRESETS))
   c = common.base_config("listops", preset, mixer, tokens=True)
-  if preset == "paper":
+  if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)
+    if preset == "latte_code":
+      common.latte_code(c)
   elif preset == "lra":
     # LRA listops/configs/base_listops_config.py: 4 layers, 8 heads, D=512, MLP 1024, 5k steps,
     # warm-up 1000, evaluated every 500 steps.

@@ -22,8 +22,13 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   preset, mixer = common.parse_arg(arg)
   c = common.base_config("pathfinder", preset, mixer, tokens=False)
   c.eval.batch_size = 256
-  if preset == "paper":
+  if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)
+    # The Latte-RGLRU(-SWA)++ rows use L=256 here (ICLR version, Table 8).
+    c.mixers.latte_rglru.num_latents = c.mixers.latte_rglru_swa.num_latents = 256
+    if preset == "latte_code":
+      # configs/lra_pathf.yaml: L=256, lr 4e-3, pixels scaled to [-1, 1] and embedded densely.
+      common.latte_code(c, latents=256, learning_rate=4e-3, embedding="dense")
   elif preset == "lra":
     # LRA pathfinder32 transformer config: 1 layer, 4 heads, emb 128, MLP 128, dropout 0.2, mean
     # pooling, batch 512, lr 1e-3.

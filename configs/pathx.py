@@ -16,7 +16,7 @@ from lra.configs import common, pathfinder
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, ("paper", "lra", "smoke"))
+  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke"))
   c = pathfinder.get_config(f"{preset},mixer={mixer}")
   c.unlock()
   c.task = "pathx"
@@ -31,7 +31,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     common.lra_cosine(c, batch_size=64, learning_rate=1e-3, num_train=pathfinder.NUM_TRAIN)
     c.train.grad_clip_norm = 1.0
     c.eval.batch_size = 64
-  elif preset == "paper":
+  elif preset in ("paper", "latte_code"):
     c.eval.batch_size = 64  # 16K tokens per example
   else:
     # Softmax over 16K tokens holds a 1 GB [T,T] matrix per head and example: keep one of each.

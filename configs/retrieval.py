@@ -18,13 +18,17 @@ PAPER = common.PaperRow(dim=128, latents=40, learning_rate=1e-4, batch_size=32,
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, ("paper", "lra", "smoke"))
+  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke"))
   c = common.base_config("retrieval", preset, mixer, tokens=True)
+  # The pair's features [u, v, u*v, u-v] go through an MLP head (LRA code and Latte code alike).
+  c.model.head = "mlp"
   c.eval.batch_size = 32
-  if preset == "paper":
+  if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)
     # The paper gives no warm-up; the authors' code warms up over the first 8% of steps.
     c.train.warmup_steps = int(0.08 * c.train.num_steps)
+    if preset == "latte_code":
+      common.latte_code(c)
   elif preset == "lra":
     # LRA matching/configs/base_match_config.py: 4 layers, 4 heads, D=128, MLP 512, CLS pooling,
     # 5k steps, warm-up 8000 (it outlasts training, as it did there).

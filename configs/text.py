@@ -20,11 +20,15 @@ PAPER = common.PaperRow(dim=256, latents=40, learning_rate=1e-3, batch_size=32,
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, ("paper", "lra", "smoke"))
+  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke"))
   c = common.base_config("text", preset, mixer, tokens=True)
-  if preset == "paper":
+  if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)
+    # The Latte-RGLRU(-SWA)++ rows use L=256 here (ICLR version, Table 8).
+    c.mixers.latte_rglru.num_latents = c.mixers.latte_rglru_swa.num_latents = 256
     c.eval.batch_size = 32
+    if preset == "latte_code":
+      common.latte_code(c, latents=256)  # configs/lra_imdb.yaml
   elif preset == "lra":
     # LRA text_classification/configs/base_tc_config.py: 4 layers, 4 heads, D=256, MLP 1024,
     # CLS pooling, 20k steps, warm-up 8000. LRA evaluated every 100 steps on all 25k test

@@ -53,5 +53,7 @@ def build_model(config: ml_collections.ConfigDict, spec: Any) -> Classifier:
                     num_layers=m.num_layers, num_heads=m.num_heads, mlp_dim=m.mlp_dim,
                     dropout_rate=m.dropout, mixer_factory=mixer_factory(config),
                     embedding=m.embedding, pos_encoding=m.pos_encoding, pooling=m.pooling,
-                    dtype=m.dtype, remat=m.remat, block=m.block)
-  return Classifier(encoder=encoder, num_classes=spec.num_classes, dual=spec.dual)
+                    dtype=m.dtype, remat=m.remat, block=m.block, glu=m.glu,
+                    mixer_gate=m.mixer_gate, mlp_hidden_dropout=m.mlp_hidden_dropout,
+                    final_norm=m.final_norm)
+  return Classifier(encoder=encoder, num_classes=spec.num_classes, dual=spec.dual, head=m.head)

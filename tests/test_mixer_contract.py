@@ -14,8 +14,9 @@ from lra.models.mixers.latte import latte_attention
 
 # Options that change a mixer's maths get the contract too: test id -> (mixer, overrides).
 VARIANTS = {"latte+vapor": ("latte", {"vapor": True}),
-            "latte_rglru+conv_only": ("latte_rglru", {"recurrence": False}),
-            "latte_rglru_swa+rope": ("latte_rglru_swa", {"rope": True, "combine": "sum"})}
+            "latte_rglru+conv": ("latte_rglru", {"latent_input": "conv"}),
+            "latte_rglru+concat": ("latte_rglru", {"combine": "concat"}),
+            "latte_rglru_swa+rope": ("latte_rglru_swa", {"rope": True, "combine": "concat"})}
 FAST = [p for p in PROPERTIES if p != "memory"]
 
 

@@ -81,12 +81,15 @@ class LatteMixer(nn.Module):
     vapor: rotate values by position (VAPOR). Our choices where the paper is open: one learnable
       angle per head and channel pair, initialised to RoPE's frequencies (base 10^4), pairs
       (i, i + Dh/2); Dh must be even.
+    bias: add a bias to the q, k, v and output projections. The paper writes them without one and
+      the authors' code (`BidLatte` in raresdolga/latte_transformer) has none.
   """
   dim: int
   num_heads: int
   max_len: int
   num_latents: int = 40
   vapor: bool = False
+  bias: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
@@ -97,7 +100,8 @@ class LatteMixer(nn.Module):
     per_head = self.num_latents // self.num_heads
     head_dim = self.dim // self.num_heads
     # One fused projection (one matmul, one read of x) split per head into q, k, v.
-    qkv = nn.DenseGeneral((self.num_heads, 2 * per_head + head_dim), name="qkv")(x)
+    qkv = nn.DenseGeneral((self.num_heads, 2 * per_head + head_dim), use_bias=self.bias,
+                          name="qkv")(x)
     q, k, v = jnp.split(qkv, [per_head, 2 * per_head], axis=-1)
     if self.vapor:
       if head_dim % 2:
@@ -109,5 +113,5 @@ class LatteMixer(nn.Module):
       y = vapor_latte_attention(q, k, v, mask, theta)
     else:
       y = latte_attention(q, k, v, mask)
-    y = nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(y)
+    y = nn.DenseGeneral(self.dim, axis=(-2, -1), use_bias=self.bias, name="out")(y)
     return y, carry
