@@ -131,6 +131,7 @@ def epoch_bench(task: str, mixer: str, *, preset: str = "paper", overrides: Sequ
     records.append({
         "mode": mode, "batching": dataclasses.asdict(mode_batching(mode, quantum)),
         "steps": len(padded), "compiles": len(shapes), "lengths": shapes,
+        "length_counts": {str(t): int((padded == t).sum()) for t in shapes},
         "compile_s": sum(compile_s[t] for t in shapes), "mean_len": float(padded.mean()),
         "pad_fraction": 1.0 - real / float(padded.sum() * plan.shape[1]),
         "epoch_s": totals[mode], "estimated": not full,
@@ -166,7 +167,7 @@ def markdown(result: dict[str, Any], command: str, sha: str | None = None) -> st
       f"{u['task']} train: {u['num_examples']} examples of {u['length_min']}-{u['length_max']} "
       f"tokens (mean {u['length_mean']:.0f}) in T={u['seq_len']}; {u['mixer']}, preset "
       f"{u['preset']}" + (f" with {' '.join(u['overrides'])}" if u["overrides"] else "")
-      + f": {u['num_layers']} layers, D={u['dim']}, {u['dtype']}, batch {u['batch_size']}; "
+      + f": {u['num_layers']} layer(s), D={u['dim']}, {u['dtype']}, batch {u['batch_size']}; "
       f"quantum {u['quantum']}. Epoch time {how}; compile time apart.", "",
       "| mode | steps | compiles | compile s | mean T | pads % | epoch s | speed-up vs fixed "
       "| GFLOP/s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
