@@ -85,6 +85,13 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.data.cache_name = task    # folder under --data-dir
   c.data.generate = False     # smoke/demo: generate small data when the cache is missing
   c.data.generator = ml_collections.ConfigDict()  # task-specific generator settings
+  # fixed: every batch padded to the task's length. batch: to its own longest example rounded up
+  # to pad_quantum (same results: every mixer ignores pads; with dropout > 0 the masks differ).
+  c.data.padding = "fixed"
+  c.data.pad_quantum = 128    # bounds the batch lengths, hence XLA compiles, to ceil(T / quantum)
+  # Train batches from examples of similar length (tf.data's bucket_by_sequence_length); needs
+  # padding=batch. It changes which examples share a batch, so the published presets keep it off.
+  c.data.bucketing = False
 
   c.model = ml_collections.ConfigDict()
   c.model.mixer = mixer

@@ -8,6 +8,7 @@ from __future__ import annotations
 import concurrent.futures
 import datetime
 import multiprocessing
+import os
 import resource
 import statistics
 import sys
@@ -126,11 +127,13 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
       jax.block_until_ready((state, sums))
     # Short steps repeat for at least min_time_s, so their median has enough samples to be stable.
     stop = time.perf_counter() + min_time_s
+    cpu_before = resource.getrusage(resource.RUSAGE_SELF)
     while len(times) < num_steps or (time.perf_counter() < stop and len(times) < 1000):
       start = time.perf_counter()
       state, sums = compiled(state, batch)
       jax.block_until_ready((state, sums))
       times.append(time.perf_counter() - start)
+    cpu_after = resource.getrusage(resource.RUSAGE_SELF)
   except Exception as e:  # noqa: BLE001 - an out-of-memory step is a result, not a crash
     if "RESOURCE_EXHAUSTED" not in str(e) and "out of memory" not in str(e).lower():
       raise
@@ -141,6 +144,10 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
                 time_ms_max=1e3 * max(times), num_timed_steps=len(times),
                 tokens_per_s=batch_size * seq_len / seconds)
   record["flops_per_s"] = record["flops"] / seconds if record["flops"] else None
+  # CPU seconds per step: page faults of freshly mapped temporaries show as system time.
+  record["cpu_user_s"] = (cpu_after.ru_utime - cpu_before.ru_utime) / len(times)
+  record["cpu_system_s"] = (cpu_after.ru_stime - cpu_before.ru_stime) / len(times)
+  record["keep_freed_memory"] = os.environ.get("MALLOC_MMAP_MAX_") == "0"
   # ru_maxrss is in KiB on Linux; it is this process's peak, so per record only when isolated.
   record["rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
   return record
@@ -281,14 +288,17 @@ def markdown(records: list[dict[str, Any]], command: str, sha: str | None = None
       "state donated), after warm-up. Memory: XLA's analysis of the compiled step (arguments + "
       "outputs + temporaries - donated aliases). Ratios are against softmax at the same length; "
       "speed-up > 1 is faster, memory < 1 is smaller. Matmul peak: f32 "
-      f"{r0.get('matmul_peak_flops_per_s', 0) / 1e9:.1f} GFLOP/s measured by the bench.", "",
+      f"{r0.get('matmul_peak_flops_per_s', 0) / 1e9:.1f} GFLOP/s measured by the bench. CPU s: "
+      "process CPU time per step, of which system time (page faults) in brackets; host memory "
+      + ("kept for reuse (lra/host_memory.py)." if r0.get("keep_freed_memory") else
+         "returned to the system after every step (LRA_KEEP_FREED_MEMORY=0)."), "",
       "| mixer | T | time ms | tokens/s | peak MiB | speed-up vs softmax | memory vs softmax "
-      "| GFLOP/s | % of matmul peak | peak RSS MiB |",
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+      "| GFLOP/s | % of matmul peak | peak RSS MiB | CPU s (system) |",
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for r in records:
     q = ratio.get((r["mixer"], r["seq_len"]), {})
     if r["status"] != "ok":
-      lines.append(f"| {r['mixer']} | {r['seq_len']} | {r['status']} |||||||| ")
+      lines.append(f"| {r['mixer']} | {r['seq_len']} | {r['status']} ||||||||| ")
       continue
     frac = r.get("fraction_of_matmul_peak")
     lines.append(
@@ -296,7 +306,9 @@ def markdown(records: list[dict[str, Any]], command: str, sha: str | None = None
         f"{r['peak_bytes'] / 2**20:.1f} | {_num(q.get('speedup'), '.2f')} | "
         f"{_num(q.get('memory_ratio'), '.3f')} | {_num(r.get('flops_per_s') and r['flops_per_s'] / 1e9, '.1f')} | "
         f"{_num(frac and 100 * frac, '.1f')} | "
-        f"{_num(r.get('rss_peak_bytes') and r['rss_peak_bytes'] / 2**20, '.0f')} |")
+        f"{_num(r.get('rss_peak_bytes') and r['rss_peak_bytes'] / 2**20, '.0f')} | "
+        + (f"{r['cpu_user_s'] + r['cpu_system_s']:.2f} ({r['cpu_system_s']:.2f}) |"
+           if "cpu_user_s" in r else "- |"))
   lines += ["", "Per mixer: exponents of time and memory against T (least squares on log-log over "
             "the longer half of the lengths), and the ratios at the largest T softmax also ran.", "",
             "| mixer | time exponent | memory exponent | at T | speed-up vs softmax | "
@@ -362,6 +374,9 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
 def main(args, overrides: Sequence[str]) -> int:
   """`lra bench`: prints one line per record, then the Markdown table; writes what was asked."""
   import json
+  if args.epoch:
+    from lra import bench_epoch
+    return bench_epoch.main(args, overrides)
   mixers = args.mixers.split(",") if args.mixers else _all_mixers()
   lengths = [int(t) for t in args.lengths.split(",")]
   command = "lra bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "lra bench"

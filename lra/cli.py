@@ -109,6 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
                      "README, between <!-- lra-bench:start --> and <!-- lra-bench:end -->")
   bench.add_argument("--in-process", action="store_true", help="measure every record in this "
                      "process (faster; peak RSS is then cumulative)")
+  epoch = bench.add_argument_group(
+      "one training epoch (--epoch TASK)", "The time of an epoch of TASK's prepared training "
+      "data per batching mode, with compile counts; the model is the preset's (--preset, "
+      "--config.*), --mixers picks the mixer (default latte), --steps the timed steps per length.")
+  epoch.add_argument("--epoch", metavar="TASK", help="time one epoch of TASK instead")
+  epoch.add_argument("--preset", default="paper")
+  epoch.add_argument("--data-dir", type=Path, help="prepared data root (default $LRA_DATA_DIR "
+                     "or ~/.cache/lra)")
+  epoch.add_argument("--modes", default="fixed,batch,bucketing",
+                     help="fixed (pad to T), batch (pad to each batch), bucketing")
+  epoch.add_argument("--quantum", type=int, help="per-batch padding quantum (default: the "
+                     "config's data.pad_quantum)")
+  epoch.add_argument("--full-epoch", action="store_true", help="time every step (default: "
+                     "time --steps steps per batch length and sum over the epoch's batches)")
 
   data = sub.add_parser("data", help="generate, prepare and inspect data")
   data_sub = data.add_subparsers(dest="data_command", required=True)
@@ -246,6 +260,9 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
           f"examples; appended to {args.run_dir / evaluation.EVALS_FILE}")
     return 0
   from lra import data_commands, run  # deferred: `lra --help` should not wait for JAX
+  if args.command in (None, "run", "bench"):
+    from lra import host_memory
+    host_memory.keep_freed_memory()  # before the first step allocates (see lra/host_memory.py)
   if args.command in (None, "run"):
     from lra import distributed
     distributed.initialize(args.distributed)  # before anything touches a device

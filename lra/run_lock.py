@@ -95,6 +95,7 @@ class RunDirLock:
     self.me = Holder.this_process()
     self._stop = threading.Event()
     self._refresher: threading.Thread | None = None
+    self._made_dir = False
 
   def __enter__(self) -> "RunDirLock":
     if self.take:
@@ -115,10 +116,16 @@ class RunDirLock:
         self.path.unlink()
       except FileNotFoundError:
         pass
+      if self._made_dir:  # a run that stopped before writing anything leaves no empty folder
+        try:
+          self.run_dir.rmdir()
+        except OSError:
+          pass  # not empty: the run wrote files
     self.take = False
 
   def _acquire(self) -> None:
     try:
+      self._made_dir = not self.run_dir.exists()
       self.run_dir.mkdir(parents=True, exist_ok=True)
       taken = self._create()
     except OSError as e:

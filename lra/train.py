@@ -33,7 +33,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from lra import checkpoints, distributed, interrupts, optim, writers
 from lra.config_loading import mixer_label
 from lra.models.build import build_model
-from lra.tasks.contract.batches import eval_batches, train_batches
+from lra.tasks.contract.batches import Batching, eval_batches, train_batches
 from lra.tasks.contract.cache import PreparedData
 from lra.tasks.contract.spec import TaskSpec
 
@@ -133,15 +133,28 @@ class Setup:
   tx: optax.GradientTransformation
   train_step: Callable
   eval_step: Callable
+  batching: Batching = Batching()
 
   @property
   def replicated(self) -> NamedSharding:
     return NamedSharding(self.mesh, P())
 
 
+def batching_of(config: ml_collections.ConfigDict) -> Batching:
+  """How this run shapes its batches (config.data.padding, pad_quantum, bucketing)."""
+  d = config.data
+  return Batching(padding=d.padding, quantum=d.pad_quantum, bucketing=d.bucketing)
+
+
 def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
-  """Checks the batch sizes against the devices, then builds the model and its steps."""
+  """Checks the batch sizes against the devices, then builds the model and its steps.
+
+  The model is built for the task's length T (Linformer's projections, learned positions) also
+  when batches are padded to less: a shorter batch reads the first rows of those parameters.
+  """
   tc = config.train
+  batches = batching_of(config)
+  batches.check(spec.seq_len)
   if tc.grad_accum_steps < 1:
     raise ValueError(f"train.grad_accum_steps must be >= 1, got {tc.grad_accum_steps}")
   distributed.check_divisible("train.batch_size", tc.batch_size,
@@ -152,7 +165,8 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
   train_step, eval_step = make_steps(model, mesh, dropout_seed=tc.seed + 1,
                                      grad_accum_steps=tc.grad_accum_steps)
   return Setup(mesh=mesh, put=BatchPlacer(mesh), model=model,
-               tx=optim.make_optimizer(tc), train_step=train_step, eval_step=eval_step)
+               tx=optim.make_optimizer(tc), train_step=train_step, eval_step=eval_step,
+               batching=batches)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,7 +243,7 @@ def evaluate(s: Setup, state: TrainState, data: PreparedData, split: str,
   """Weighted accuracy and loss over a split, every example counted once."""
   totals = {"loss_sum": 0.0, "correct_sum": 0.0, "count": 0.0}
   rows = s.put.rows(batch_size)
-  for batch in eval_batches(data.split(split), data.spec, batch_size, rows):
+  for batch in eval_batches(data.split(split), data.spec, batch_size, rows, s.batching):
     sums = jax.device_get(s.eval_step(state, s.put(batch, batch_size)))
     for key in totals:
       totals[key] += float(sums[key])
@@ -282,7 +296,8 @@ class RunFiles:
         "num_params": self.num_params, "steps_per_s": rate, "wall_time_s": wall,
         "examples_seen": step * config.train.batch_size, "seq_len": spec.seq_len,
         "data": {k: self.data.meta.get(k) for k in ("splits", "source", "validation", "options")},
-        "dtype": config.model.dtype, "stop_reason": stop_reason, **self.context,
+        "dtype": config.model.dtype, "batching": dataclasses.asdict(batching_of(config)),
+        "stop_reason": stop_reason, **self.context,
     }
     if "mixer_source" in config:  # a mixer from outside the suite: which file, which version
       result["mixer_source"] = config.mixer_source.to_dict()
@@ -361,7 +376,7 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
     ckpt.save(step, state, dataclasses.asdict(book))
 
   stream = train_batches(data.split("train"), data.spec, tc.batch_size, tc.seed, step,
-                         s.put.rows(tc.batch_size))
+                         s.put.rows(tc.batch_size), s.batching)
   add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
   window = (None if book.window is None else
             jax.device_put({k: np.float32(v) for k, v in book.window.items()}, s.replicated))

@@ -43,7 +43,9 @@ def _fault_at(step: int) -> None:
 
 def _probed(batches, kind: str):
   def wrapper(*args, **kwargs):
-    step = kwargs.get("start_step", args[4] if len(args) > 4 else 0)
+    step = 0
+    if kind == "train":  # train_batches(arrays, spec, batch_size, seed, start_step, ...)
+      step = kwargs.get("start_step", args[4] if len(args) > 4 else 0)
     for batch in batches(*args, **kwargs):
       if kind == "train":
         step += 1
