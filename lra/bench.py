@@ -8,7 +8,6 @@ from __future__ import annotations
 import concurrent.futures
 import datetime
 import multiprocessing
-import os
 import resource
 import statistics
 import sys
@@ -147,7 +146,6 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
   # CPU seconds per step: page faults of freshly mapped temporaries show as system time.
   record["cpu_user_s"] = (cpu_after.ru_utime - cpu_before.ru_utime) / len(times)
   record["cpu_system_s"] = (cpu_after.ru_stime - cpu_before.ru_stime) / len(times)
-  record["keep_freed_memory"] = os.environ.get("MALLOC_MMAP_MAX_") == "0"
   # ru_maxrss is in KiB on Linux; it is this process's peak, so per record only when isolated.
   record["rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
   return record
@@ -289,9 +287,8 @@ def markdown(records: list[dict[str, Any]], command: str, sha: str | None = None
       "outputs + temporaries - donated aliases). Ratios are against softmax at the same length; "
       "speed-up > 1 is faster, memory < 1 is smaller. Matmul peak: f32 "
       f"{r0.get('matmul_peak_flops_per_s', 0) / 1e9:.1f} GFLOP/s measured by the bench. CPU s: "
-      "process CPU time per step, of which system time (page faults) in brackets; host memory "
-      + ("kept for reuse (lra/host_memory.py)." if r0.get("keep_freed_memory") else
-         "returned to the system after every step (LRA_KEEP_FREED_MEMORY=0)."), "",
+      "process CPU time per step, of which system time in brackets (on CPU mostly the kernel "
+      "mapping and zeroing the step's temporaries afresh).", "",
       "| mixer | T | time ms | tokens/s | peak MiB | speed-up vs softmax | memory vs softmax "
       "| GFLOP/s | % of matmul peak | peak RSS MiB | CPU s (system) |",
       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

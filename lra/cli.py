@@ -260,9 +260,6 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
           f"examples; appended to {args.run_dir / evaluation.EVALS_FILE}")
     return 0
   from lra import data_commands, run  # deferred: `lra --help` should not wait for JAX
-  if args.command in (None, "run", "bench"):
-    from lra import host_memory
-    host_memory.keep_freed_memory()  # before the first step allocates (see lra/host_memory.py)
   if args.command in (None, "run"):
     from lra import distributed
     distributed.initialize(args.distributed)  # before anything touches a device

@@ -6,12 +6,6 @@ import pytest
 from lra import bench
 from lra.cli import main
 
-
-@pytest.fixture(autouse=True)
-def _glibc_defaults(monkeypatch):
-  """`lra bench` keeps freed host memory for reuse; this test process keeps glibc's defaults."""
-  monkeypatch.setenv("LRA_KEEP_FREED_MEMORY", "0")
-
 def test_exponent_and_ratios_from_known_records():
   # Synthetic records with known power laws: time ~ T^2 for softmax, ~ T for the other.
   lengths = [64, 128, 256, 512]
