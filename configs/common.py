@@ -1,28 +1,63 @@
-"""Defaults shared by every task config, and one settings block per registered mixer.
+"""What every task config shares: the defaults, one settings block per mixer, and each preset piece.
 
-A task config starts from `base_config()`, sets its preset's values, and returns it locked, so a
-mistyped `--config.x.y=...` is an error instead of a silently ignored key.
+A task file (configs/<task>.py) holds that task's facts (its training-set size, its rows of the
+papers' tables) and calls the pieces below; each piece is written once, here:
+  paper(...)          the Latte paper's protocol for one row of its Table 4 (the default preset);
+  latte_code(...)     where the Latte authors' code departs from the paper (preset latte_code);
+  lra_rsqrt(...)      the original LRA code's optimizer for ListOps/Text/Retrieval;
+  lra_cosine(...)     the original LRA code's optimizer for Image/Pathfinder/Path-X;
+  lra_model(...)      the original LRA code's model details and mixer settings;
+  smoke(...)          a few steps of a one-layer model on whatever is prepared (tests);
+  small_generated(...)  the smoke/demo presets of the tasks whose data the suite generates.
+Where each value comes from is in docs/protocol.md.
+
+`get_config(arg)` of a task takes "PRESET" or "PRESET,mixer=NAME" (big_vision's arg style): a
+preset may depend on the mixer (the published Latte-RGLRU rows use the "++" block), so the mixer is
+chosen before the preset is applied, never patched in afterwards.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import ml_collections
 
-PRESETS = ("paper", "lra", "smoke", "demo")
+PRESETS = ("paper", "latte_code", "lra", "smoke", "demo")
+# The LRA task's own data at full length, with a model a laptop CPU trains in about an hour or two.
+CPU_PRESETS = ("laptop",)
+LATTE_FAMILY = ("latte", "latte_macchiato", "latte_rglru", "latte_rglru_swa")
+# The published "Latte-RGLRU++" and "Latte-RGLRU-SWA++" rows (ICLR version, Table 3) use the ++ block.
+PLUSPLUS_MIXERS = ("latte_rglru", "latte_rglru_swa")
+
+
+def parse_arg(arg: str, valid: tuple[str, ...] = PRESETS) -> tuple[str, str]:
+  """"paper" or "paper,mixer=latte" -> (preset, mixer); the mixer defaults to latte."""
+  preset, *rest = (arg or "paper").split(",")
+  settings = dict(part.split("=", 1) for part in rest if "=" in part)
+  unknown = [part for part in rest if "=" not in part] + sorted(set(settings) - {"mixer"})
+  if unknown:
+    raise ValueError(f"Config arg {arg!r}: expected PRESET or PRESET,mixer=NAME; cannot read "
+                     f"{unknown}.")
+  if preset not in valid:
+    raise ValueError(f"Unknown preset '{preset}'. Valid presets for this task: "
+                     f"{', '.join(valid)}")
+  return preset, settings.get("mixer", "latte")
 
 
 def mixer_configs() -> ml_collections.ConfigDict:
-  """One block per mixer in models.mixers.MIXERS (the tests fail if one is missing)."""
+  """One block per mixer in lra.models.mixers.MIXERS (the tests fail if one is missing)."""
   return ml_collections.ConfigDict({
       "softmax": {},
-      # vapor: value-acting positional rotations (Latte paper, ICLR version).
-      "latte": {"num_latents": 40, "vapor": False},
+      # vapor: value-acting positional rotations (Latte paper, ICLR version). bias: biases on the
+      # q, k, v and output projections (none in the paper's equations or the authors' code).
+      "latte": {"num_latents": 40, "vapor": False, "bias": False},
       # Local window of w=128 (|t-s| <= 64) plus the same 40 latents as Latte.
       "latte_macchiato": {"num_latents": 40, "window": 128},
-      # Latent probabilities from y = BiRGLRU(Conv_K(x)); recurrence=False gives Latte-Conv.
-      "latte_rglru": {"num_latents": 40, "conv_size": 3, "recurrence": True, "combine": "concat"},
-      # The above plus Macchiato's local window; rope=True in the window for token (text) tasks.
-      "latte_rglru_swa": {"num_latents": 40, "window": 128, "rope": False, "conv_size": 3,
-                          "recurrence": True, "combine": "concat"},
+      # Latent probabilities from y = BiRGLRU(x): the ICLR version's RG-LRU replaces Latte-Conv's
+      # 1-D conv; latent_input="conv" is Latte-Conv (width conv_size, no recurrence). combine:
+      # "sum" (one set of gates, both directions added) | "concat" (ours: gates per direction).
+      "latte_rglru": {"num_latents": 40, "latent_input": "rglru", "conv_size": 3, "combine": "sum"},
+      # The above plus Macchiato's local window; rope=True rotates the window's queries and keys.
+      "latte_rglru_swa": {"num_latents": 40, "window": 128, "rope": False, "combine": "sum"},
       "linear": {},
       # FAVOR+ with 256 orthogonal features per head; kernel="relu" is what the LRA code ran.
       "performer": {"num_features": 256, "kernel": "softmax", "redraw": False, "seed": 0},
@@ -32,52 +67,56 @@ def mixer_configs() -> ml_collections.ConfigDict:
   })
 
 
-def use_lra_mixer_settings(config: ml_collections.ConfigDict) -> None:
-  """The mixer settings the original LRA code ran, for the `lra` presets."""
-  config.mixers.performer.kernel = "relu"
-  config.mixers.linformer.proj_len = 16
-  config.mixers.linformer.share_kv = True
-  config.mixers.linformer.share_heads = True
+def base_config(task: str, preset: str, mixer: str, *,
+                tokens: bool) -> ml_collections.ConfigDict:
+  """The defaults every preset starts from: the Latte paper's encoder and optimizer.
 
-
-def use_latte_family_settings(config: ml_collections.ConfigDict, *, text: bool,
-                              window: int = 128) -> None:
-  """Per-task settings of Latte-RGLRU(-SWA) from the Latte paper's ICLR version: the task's Latte
-  latent count, a window of 128 with RoPE inside it for token tasks (ListOps, Text, Retrieval),
-  and the encoder's absolute positions only for pixel tasks. Call after the preset's Latte
-  settings."""
-  for name in ("latte_rglru", "latte_rglru_swa"):
-    config.mixers[name].num_latents = config.mixers.latte.num_latents
-  config.mixers.latte_rglru_swa.window = window
-  config.mixers.latte_rglru_swa.rope = text
-
-
-def base_config() -> ml_collections.ConfigDict:
-  """The Latte paper's protocol (DATA.md): pre-LN, sinusoidal positions, mean pooling, AdamW."""
+  Args:
+    task, preset, mixer: what this config is for.
+    tokens: a token task (ListOps, Text, Retrieval): Latte-RGLRU-SWA rotates its window's
+      queries and keys (RoPE), as the Latte paper does on these tasks; pixel tasks rely on the
+      encoder's absolute positions.
+  """
   c = ml_collections.ConfigDict()
-  c.task = ""
-  c.preset = ""
+  c.task = task
+  c.preset = preset
 
   c.data = ml_collections.ConfigDict()
-  c.data.cache_name = ""      # folder under --data-dir; defaults to the task name
+  c.data.cache_name = task    # folder under --data-dir
   c.data.generate = False     # smoke/demo: generate small data when the cache is missing
   c.data.generator = ml_collections.ConfigDict()  # task-specific generator settings
+  # fixed: every batch padded to the task's length. batch: to its own longest example rounded up
+  # to pad_quantum (same results: every mixer ignores pads; with dropout > 0 the masks differ).
+  c.data.padding = "fixed"
+  c.data.pad_quantum = 128    # bounds the batch lengths, hence XLA compiles, to ceil(T / quantum)
+  # Train batches from examples of similar length (tf.data's bucket_by_sequence_length); needs
+  # padding=batch. It changes which examples share a batch, so the published presets keep it off.
+  c.data.bucketing = False
 
   c.model = ml_collections.ConfigDict()
-  c.model.mixer = "latte"
-  c.model.num_layers = 6
+  c.model.mixer = mixer
+  c.model.num_layers = 6            # Latte paper, Section 5 (LRA): 6 layers, 4 heads
   c.model.dim = 128
   c.model.num_heads = 4
-  c.model.mlp_dim = 512
+  c.model.mlp_dim = 512             # 4 * dim
   c.model.dropout = 0.1
-  c.model.embedding = "token"
-  c.model.pos_encoding = "sinusoidal"
-  c.model.pooling = "mean"
-  c.model.dtype = "float32"       # compute dtype: float32 | bfloat16 (params and loss stay fp32)
-  c.model.remat = False           # recompute block activations in backward (memory for compute)
-  c.model.block = "prenorm"       # prenorm | plusplus (Latte paper's "++" block: gated, RMSNorm)
+  c.model.embedding = "token"       # token | dense (pixels scaled to [-1, 1], then Dense)
+  c.model.pos_encoding = "sinusoidal"  # sinusoidal | learned
+  c.model.pooling = "mean"          # mean over real tokens | cls | last (last real token)
+  c.model.dtype = "float32"         # compute dtype: float32 | bfloat16 (params and loss fp32)
+  c.model.remat = False             # recompute block activations in backward (memory for time)
+  # prenorm | plusplus (Latte paper, ICLR version: "++" = RMSNorm and a GLU feed-forward).
+  c.model.block = "prenorm"
+  c.model.glu = "sigmoid"           # "++" feed-forward gate: sigmoid (GLU, the paper) | gelu (GeGLU)
+  c.model.mixer_gate = False        # ours: Dense(GELU(Dense h) * Mixer(h)), Griffin-style
+  # Where the Latte paper is silent, its authors' code (docs/protocol.md): the MLP drops only its
+  # output, no norm before pooling, a linear head for one sequence.
+  c.model.mlp_hidden_dropout = False  # True: dropout on the MLP's hidden units too
+  c.model.final_norm = False        # True: a norm before pooling (LayerNorm; RMSNorm under "++")
+  c.model.head = "linear"           # linear: Dense(C) | mlp: Dense(D)-GELU-Dense(C)
 
   c.mixers = mixer_configs()
+  c.mixers.latte_rglru_swa.rope = tokens
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 1000
@@ -85,12 +124,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.seed = 0
   c.train.learning_rate = 1e-3
   c.train.weight_decay = 0.01
-  c.train.schedule = "cosine"      # cosine | rsqrt (original LRA)
+  c.train.schedule = "cosine"       # cosine (Latte paper) | rsqrt (original LRA)
   c.train.warmup_steps = 0
-  c.train.b1 = 0.9
+  c.train.b1 = 0.9                  # AdamW moments (optax defaults)
   c.train.b2 = 0.999
   c.train.eps = 1e-8
-  c.train.grad_clip_norm = 1.0     # 0 disables clipping
+  c.train.grad_clip_norm = 1.0      # global norm; 0 disables clipping (Latte code clips at 1)
   c.train.log_every_steps = 50
   # Micro-batches per step: batch_size rows in batch_size/k slices, one update (same gradient).
   c.train.grad_accum_steps = 1
@@ -101,10 +140,153 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every_steps = 1000
-  c.checkpoint.keep = 2            # latest checkpoints kept (the best one is kept separately)
+  c.checkpoint.keep = 2             # latest checkpoints kept (the best one is kept separately)
   return c
 
 
-def steps_for_epochs(num_epochs: int, num_train: int, batch_size: int) -> int:
-  """Epoch budgets from the papers, converted to optimizer steps (remainder batches dropped)."""
-  return num_epochs * (num_train // batch_size)
+def set_latents(c: ml_collections.ConfigDict, latents: int) -> None:
+  """L for every Latte-family mixer at once, so no mixer keeps a stale count."""
+  for name in LATTE_FAMILY:
+    c.mixers[name].num_latents = latents
+
+
+def every_epoch(c: ml_collections.ConfigDict, steps_per_epoch: int) -> None:
+  """Evaluate and checkpoint once per epoch (both papers evaluate per epoch)."""
+  c.eval.every_steps = c.checkpoint.every_steps = steps_per_epoch
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperRow:
+  """One task's row of the Latte paper's Table 4 (model width D, latents L, optimizer).
+
+  MLP width is 4D; every mixer of a task shares the row (the comparison the paper makes).
+  """
+  dim: int
+  latents: int
+  learning_rate: float
+  batch_size: int
+  weight_decay: float
+  dropout: float
+  epochs: int
+
+
+def paper(c: ml_collections.ConfigDict, row: PaperRow, num_train: int) -> None:
+  """The Latte paper's protocol for one task (AdamW, cosine decay, grad-norm clip 1.0).
+
+  Args:
+    row: the task's Table 4 row.
+    num_train: training examples, to turn the epoch budget into steps (remainder dropped).
+  """
+  c.model.dim, c.model.mlp_dim = row.dim, 4 * row.dim
+  c.model.dropout = row.dropout
+  set_latents(c, row.latents)
+  if c.model.mixer in PLUSPLUS_MIXERS:
+    c.model.block = "plusplus"
+  steps_per_epoch = num_train // row.batch_size
+  c.train.batch_size = row.batch_size
+  c.train.learning_rate = row.learning_rate
+  c.train.weight_decay = row.weight_decay
+  c.train.num_steps = row.epochs * steps_per_epoch
+  every_epoch(c, steps_per_epoch)
+
+
+def latte_code(c: ml_collections.ConfigDict, *, latents: int | None = None,
+               learning_rate: float | None = None, embedding: str | None = None) -> None:
+  """The Latte authors' code (raresdolga/latte_transformer, HEAD) where it departs from the paper,
+  applied after `paper`: weight decay 0.01 for every task (its trainer ignores the configured
+  value), and the task's own departures (its config file's L, learning rate, pixel embedding).
+  The architecture needs nothing here: where the paper is silent the defaults are the code's."""
+  c.train.weight_decay = 0.01
+  if latents is not None:
+    set_latents(c, latents)
+  if learning_rate is not None:
+    c.train.learning_rate = learning_rate
+  if embedding is not None:
+    c.model.embedding = embedding
+
+
+def lra_model(c: ml_collections.ConfigDict) -> None:
+  """The model details of the original LRA code: a final LayerNorm before pooling
+  (`encoder_norm`), an MLP classifier head, and the mixer settings it ran."""
+  c.model.final_norm = True
+  c.model.head = "mlp"
+  lra_mixers(c)
+
+
+def lra_mixers(c: ml_collections.ConfigDict) -> None:
+  """The mixer settings the original LRA code ran."""
+  c.mixers.performer.kernel = "relu"
+  c.mixers.linformer.proj_len = 16
+  c.mixers.linformer.share_kv = True
+  c.mixers.linformer.share_heads = True
+
+
+def lra_rsqrt(c: ml_collections.ConfigDict, *, num_steps: int, warmup_steps: int) -> None:
+  """The original LRA optimizer of ListOps, Text and Retrieval (their base configs): Adam(0.9,
+  0.98, 1e-9), weight decay 0.1, lr 0.05 x linear warm-up x rsqrt decay, batch 32, no clipping."""
+  c.train.batch_size = 32
+  c.train.num_steps = num_steps
+  c.train.schedule = "rsqrt"
+  c.train.warmup_steps = warmup_steps
+  c.train.learning_rate = 0.05
+  c.train.weight_decay = 0.1
+  c.train.b1, c.train.b2, c.train.eps = 0.9, 0.98, 1e-9
+  c.train.grad_clip_norm = 0.0
+  lra_model(c)
+
+
+def lra_cosine(c: ml_collections.ConfigDict, *, batch_size: int, learning_rate: float,
+               num_train: int, epochs: int = 200) -> None:
+  """The original LRA optimizer of Image, Pathfinder and Path-X: Adam(0.9, 0.98, 1e-9), no weight
+  decay, one epoch of linear warm-up then cosine decay, evaluated per epoch, no clipping."""
+  steps_per_epoch = num_train // batch_size
+  c.train.batch_size = batch_size
+  c.train.learning_rate = learning_rate
+  c.train.weight_decay = 0.0
+  c.train.warmup_steps = steps_per_epoch
+  c.train.num_steps = epochs * steps_per_epoch
+  c.train.b1, c.train.b2, c.train.eps = 0.9, 0.98, 1e-9
+  c.train.grad_clip_norm = 0.0
+  every_epoch(c, steps_per_epoch)
+  lra_model(c)
+
+
+def smoke(c: ml_collections.ConfigDict) -> None:
+  """Two steps of a one-layer model on whatever is prepared (tests prepare a tiny copy)."""
+  c.model.num_layers, c.model.dim, c.model.num_heads, c.model.mlp_dim = 1, 16, 2, 32
+  c.model.dropout = 0.0
+  set_latents(c, 8)
+  c.train.batch_size = 2
+  c.train.num_steps = 2
+  c.train.log_every_steps = 1
+  c.eval.batch_size = 2
+  c.eval.every_steps = 2
+  c.checkpoint.every_steps = 2
+
+
+def small_generated(c: ml_collections.ConfigDict, *, smoke_size: bool,
+                    generator: dict) -> None:
+  """The smoke (seconds) or demo (minutes) preset of a task whose data the suite generates.
+
+  Small models on short generated sequences: few latents, features, projections and packed rows.
+  A task sets its own steps, sizes, windows and learning rate where they differ.
+  """
+  c.data.cache_name = f"{c.task}_{'smoke' if smoke_size else 'demo'}"
+  c.data.generate = True
+  c.data.generator = ml_collections.ConfigDict(generator)
+  c.model.num_layers, c.model.dim, c.model.num_heads, c.model.mlp_dim = (
+      (1, 32, 2, 64) if smoke_size else (4, 64, 4, 128))
+  c.model.dropout = 0.0
+  set_latents(c, 8 if smoke_size else 16)
+  c.mixers.performer.num_features = 32 if smoke_size else 64
+  c.mixers.linformer.proj_len = 16 if smoke_size else 32
+  c.mixers.luna.packed_len = 8 if smoke_size else 16
+  c.train.batch_size = 16 if smoke_size else 32
+  c.train.num_steps = 6 if smoke_size else 4000
+  c.train.learning_rate = 3e-3 if smoke_size else 2e-3
+  c.train.weight_decay = 0.01
+  c.train.warmup_steps = 0 if smoke_size else 100
+  c.train.log_every_steps = 2 if smoke_size else 100
+  c.eval.every_steps = 3 if smoke_size else 500
+  c.eval.batch_size = 32 if smoke_size else 250
+  c.checkpoint.every_steps = 3 if smoke_size else 1000

@@ -12,37 +12,31 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra.configs import pathfinder
+from lra.configs import common, pathfinder
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  if arg == "demo":
-    raise ValueError("Preset 'demo' is not defined for Path-X (16K tokens is not a CPU demo): use "
-                     "paper, lra or smoke; `lra run pathfinder latte --preset demo` is the "
-                     "Pathfinder demo.")
-  c = pathfinder.get_config(arg)
+  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke"))
+  c = pathfinder.get_config(f"{preset},mixer={mixer}")
+  c.unlock()
   c.task = "pathx"
   # Generated smoke data must never land in the folder of the real (prepared) Path-X set.
-  c.data.cache_name = "pathx_smoke" if c.preset == "smoke" else "pathx"
-  if c.preset == "lra":
-    # Original LRA pathfinder128 base: 1 layer, 2 heads, D=32, MLP 32, dropout 0.1, mean pooling,
-    # learned positions, batch 64, grad-norm clip 1.0, otherwise as Pathfinder's.
-    steps_per_epoch = pathfinder.NUM_TRAIN // 64
+  c.data.cache_name = "pathx_smoke" if preset == "smoke" else "pathx"
+  if preset == "lra":
+    # LRA pathfinder128 base config: 1 layer, 2 heads, D=32, MLP 32, dropout 0.1, learned
+    # positions, batch 64, grad-norm clip 1.0, otherwise as Pathfinder's.
     c.model.num_layers, c.model.num_heads, c.model.dim, c.model.mlp_dim = 1, 2, 32, 32
     c.model.dropout = 0.1
     c.model.pos_encoding = "learned"
-    c.train.batch_size = 64
-    c.train.num_steps = 200 * steps_per_epoch
-    c.train.warmup_steps = steps_per_epoch
+    common.lra_cosine(c, batch_size=64, learning_rate=1e-3, num_train=pathfinder.NUM_TRAIN)
     c.train.grad_clip_norm = 1.0
     c.eval.batch_size = 64
-    c.eval.every_steps = steps_per_epoch
-    c.checkpoint.every_steps = steps_per_epoch
-  elif c.preset == "paper":
+  elif preset in ("paper", "latte_code"):
     c.eval.batch_size = 64  # 16K tokens per example
-  elif c.preset == "smoke":
+  else:
     # Softmax over 16K tokens holds a 1 GB [T,T] matrix per head and example: keep one of each.
     c.model.num_heads = 1
     c.train.batch_size = c.eval.batch_size = 1
     c.data.generator.num_images = 40
+  c.lock()
   return c

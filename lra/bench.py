@@ -22,15 +22,13 @@ import numpy as np
 from flax.training.train_state import TrainState
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from lra.configs import common
 from lra import optim, writers
-from lra.config_loading import apply_overrides
+from lra.config_loading import mixer_label, resolve_config
 from lra.models.build import build_model
 from lra.train import make_steps
-from lra.models.mixers import get_mixer
 from lra.tasks.contract.spec import TaskSpec
 
-# The Latte paper's Text protocol (DATA.md): 6 layers, D=256, 4 heads, MLP 4D, L=D, batch 32.
+# The Latte paper's Text protocol: 6 layers, D=256, 4 heads, MLP 4D, batch 32.
 DEFAULTS = dict(dim=256, num_layers=6, num_heads=4, batch_size=32)
 DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 BASELINE = "softmax"
@@ -38,17 +36,11 @@ BASELINE = "softmax"
 
 def bench_config(mixer: str, *, dim: int, num_layers: int, num_heads: int,
                  overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
-  """The Text paper model at the given sizes; `overrides` are `a.b=value` strings."""
-  get_mixer(mixer)  # an unknown name fails here, listing the valid ones
-  c = common.base_config()
-  c.task, c.preset = "bench", "bench"
-  c.model.mixer = mixer
-  c.model.dim, c.model.num_layers, c.model.num_heads, c.model.mlp_dim = (
-      dim, num_layers, num_heads, 4 * dim)
-  c.mixers.latte.num_latents = dim  # the paper's L=D row for Text
-  c.train.learning_rate, c.train.weight_decay = 1e-3, 0.05
-  c.lock()
-  return apply_overrides(c, overrides)
+  """`lra run text MIXER`'s config (preset paper) at the given sizes, MLP 4D, then `overrides`
+  (`a.b=value` strings): the model the runner would train, built by the same function."""
+  sizes = [f"model.dim={dim}", f"model.num_layers={num_layers}", f"model.num_heads={num_heads}",
+           f"model.mlp_dim={4 * dim}"]
+  return resolve_config("text", mixer, "paper", [*sizes, *overrides])
 
 
 def _bytes_available(device: jax.Device) -> int | None:
@@ -89,7 +81,7 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
   spec = TaskSpec(vocab_size=257, seq_len=seq_len, num_classes=2)
   device = jax.devices()[0]
   record: dict[str, Any] = {
-      "mixer": mixer, "seq_len": seq_len, "batch_size": batch_size,
+      "mixer": mixer_label(config), "seq_len": seq_len, "batch_size": batch_size,
       "device": f"{device.platform}:{getattr(device, 'device_kind', '')}", "dim": dim,
       "num_layers": num_layers, "num_heads": num_heads, "overrides": list(overrides),
       "status": "ok", "time_ms": None, "tokens_per_s": None, "peak_bytes": None}
@@ -134,11 +126,13 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
       jax.block_until_ready((state, sums))
     # Short steps repeat for at least min_time_s, so their median has enough samples to be stable.
     stop = time.perf_counter() + min_time_s
+    cpu_before = resource.getrusage(resource.RUSAGE_SELF)
     while len(times) < num_steps or (time.perf_counter() < stop and len(times) < 1000):
       start = time.perf_counter()
       state, sums = compiled(state, batch)
       jax.block_until_ready((state, sums))
       times.append(time.perf_counter() - start)
+    cpu_after = resource.getrusage(resource.RUSAGE_SELF)
   except Exception as e:  # noqa: BLE001 - an out-of-memory step is a result, not a crash
     if "RESOURCE_EXHAUSTED" not in str(e) and "out of memory" not in str(e).lower():
       raise
@@ -149,6 +143,9 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
                 time_ms_max=1e3 * max(times), num_timed_steps=len(times),
                 tokens_per_s=batch_size * seq_len / seconds)
   record["flops_per_s"] = record["flops"] / seconds if record["flops"] else None
+  # CPU seconds per step: page faults of freshly mapped temporaries show as system time.
+  record["cpu_user_s"] = (cpu_after.ru_utime - cpu_before.ru_utime) / len(times)
+  record["cpu_system_s"] = (cpu_after.ru_stime - cpu_before.ru_stime) / len(times)
   # ru_maxrss is in KiB on Linux; it is this process's peak, so per record only when isolated.
   record["rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
   return record
@@ -289,14 +286,16 @@ def markdown(records: list[dict[str, Any]], command: str, sha: str | None = None
       "state donated), after warm-up. Memory: XLA's analysis of the compiled step (arguments + "
       "outputs + temporaries - donated aliases). Ratios are against softmax at the same length; "
       "speed-up > 1 is faster, memory < 1 is smaller. Matmul peak: f32 "
-      f"{r0.get('matmul_peak_flops_per_s', 0) / 1e9:.1f} GFLOP/s measured by the bench.", "",
+      f"{r0.get('matmul_peak_flops_per_s', 0) / 1e9:.1f} GFLOP/s measured by the bench. CPU s: "
+      "process CPU time per step, of which system time in brackets (on CPU mostly the kernel "
+      "mapping and zeroing the step's temporaries afresh).", "",
       "| mixer | T | time ms | tokens/s | peak MiB | speed-up vs softmax | memory vs softmax "
-      "| GFLOP/s | % of matmul peak | peak RSS MiB |",
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+      "| GFLOP/s | % of matmul peak | peak RSS MiB | CPU s (system) |",
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for r in records:
     q = ratio.get((r["mixer"], r["seq_len"]), {})
     if r["status"] != "ok":
-      lines.append(f"| {r['mixer']} | {r['seq_len']} | {r['status']} |||||||| ")
+      lines.append(f"| {r['mixer']} | {r['seq_len']} | {r['status']} ||||||||| ")
       continue
     frac = r.get("fraction_of_matmul_peak")
     lines.append(
@@ -304,7 +303,9 @@ def markdown(records: list[dict[str, Any]], command: str, sha: str | None = None
         f"{r['peak_bytes'] / 2**20:.1f} | {_num(q.get('speedup'), '.2f')} | "
         f"{_num(q.get('memory_ratio'), '.3f')} | {_num(r.get('flops_per_s') and r['flops_per_s'] / 1e9, '.1f')} | "
         f"{_num(frac and 100 * frac, '.1f')} | "
-        f"{_num(r.get('rss_peak_bytes') and r['rss_peak_bytes'] / 2**20, '.0f')} |")
+        f"{_num(r.get('rss_peak_bytes') and r['rss_peak_bytes'] / 2**20, '.0f')} | "
+        + (f"{r['cpu_user_s'] + r['cpu_system_s']:.2f} ({r['cpu_system_s']:.2f}) |"
+           if "cpu_user_s" in r else "- |"))
   lines += ["", "Per mixer: exponents of time and memory against T (least squares on log-log over "
             "the longer half of the lengths), and the ratios at the largest T softmax also ran.", "",
             "| mixer | time exponent | memory exponent | at T | speed-up vs softmax | "
@@ -370,6 +371,9 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
 def main(args, overrides: Sequence[str]) -> int:
   """`lra bench`: prints one line per record, then the Markdown table; writes what was asked."""
   import json
+  if args.epoch:
+    from lra import bench_epoch
+    return bench_epoch.main(args, overrides)
   mixers = args.mixers.split(",") if args.mixers else _all_mixers()
   lengths = [int(t) for t in args.lengths.split(",")]
   command = "lra bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "lra bench"

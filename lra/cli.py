@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Sequence
 
 DEMO = ("listops", "latte", "demo")
 LOCAL_RESULTS = "local"  # results/local/runs/...: the bare demo's runs, kept out of git
+MIXER_HELP = ("a registered mixer (lra list), your own as path/to/file.py:ClassName or "
+              "module.path:ClassName, or one an installed package registers (lra.mixers)")
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -32,10 +37,32 @@ def build_parser() -> argparse.ArgumentParser:
 
   run = sub.add_parser("run", help="train and evaluate one task with one mixer")
   run.add_argument("task")
-  run.add_argument("mixer")
+  run.add_argument("mixer", help=MIXER_HELP)
   _add_run_args(run)
 
+  check = sub.add_parser(
+      "check", help="check one mixer against the mixer contract: a PASS/FAIL line per property "
+      "with what was measured; exit 1 if any fails",
+      epilog="Settings: --config.mixers.NAME.FIELD=VALUE (NAME: the registered name, or the class"
+      " name of an import path).")
+  check.add_argument("mixer", help=MIXER_HELP)
+  check.add_argument("--dim", type=int, default=16, help="D of the small checks (default 16)")
+  check.add_argument("--heads", type=int, default=2, help="H (default 2)")
+
   sub.add_parser("list", help="tasks, mixers and presets")
+
+  evaluate = sub.add_parser("eval", help="evaluate a run's saved checkpoint on a split (printed "
+                            "and appended to the run's evals.jsonl)")
+  evaluate.add_argument("run_dir", type=Path)
+  evaluate.add_argument("--checkpoint", default="best", choices=("best", "last"),
+                        help="best validation step (default) or the latest checkpoint")
+  evaluate.add_argument("--split", default="test", help="train, val or test (default)")
+  evaluate.add_argument("--data-dir", type=Path)
+
+  diff = sub.add_parser("diff", help="what differs between two runs: config, data, code, "
+                        "versions, device, scores")
+  diff.add_argument("run_a", type=Path)
+  diff.add_argument("run_b", type=Path)
 
   table = sub.add_parser("table", help="rebuild results/tables/* (and the README block) from "
                          "results/runs/*")
@@ -82,6 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
                      "README, between <!-- lra-bench:start --> and <!-- lra-bench:end -->")
   bench.add_argument("--in-process", action="store_true", help="measure every record in this "
                      "process (faster; peak RSS is then cumulative)")
+  epoch = bench.add_argument_group(
+      "one training epoch (--epoch TASK)", "The time of an epoch of TASK's prepared training "
+      "data per batching mode, with compile counts; the model is the preset's (--preset, "
+      "--config.*), --mixers picks the mixer (default latte), --steps the timed steps per length.")
+  epoch.add_argument("--epoch", metavar="TASK", help="time one epoch of TASK instead")
+  epoch.add_argument("--preset", default="paper")
+  epoch.add_argument("--data-dir", type=Path, help="prepared data root (default $LRA_DATA_DIR "
+                     "or ~/.cache/lra)")
+  epoch.add_argument("--modes", default="fixed,batch,bucketing",
+                     help="fixed (pad to T), batch (pad to each batch), bucketing")
+  epoch.add_argument("--quantum", type=int, help="per-batch padding quantum (default: the "
+                     "config's data.pad_quantum)")
+  epoch.add_argument("--full-epoch", action="store_true", help="time every step (default: "
+                     "time --steps steps per batch length and sum over the epoch's batches)")
 
   data = sub.add_parser("data", help="generate, prepare and inspect data")
   data_sub = data.add_subparsers(dest="data_command", required=True)
@@ -129,6 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
   insp.add_argument("--preset", default="paper", help="whose cache to read (demo/smoke: "
                     "their generated data)")
   insp.add_argument("--cache-name")
+
+  check = data_sub.add_parser("verify", help="sha256 of every cached array against meta.json "
+                              "(loading checks sizes and samples only); exit 1 if any differs")
+  check.add_argument("task")
+  check.add_argument("--data-dir", type=Path)
+  check.add_argument("--preset", default="paper", help="whose cache to check (demo/smoke: "
+                     "their generated data)")
+  check.add_argument("--cache-name")
   _let_global_flags_through(parser)
   return parser
 
@@ -154,9 +203,15 @@ def main(argv: Sequence[str] | None = None) -> int:
   overrides = [a[len("--config."):] for a in argv if a.startswith("--config.")]
   argv = [a for a in argv if not a.startswith("--config.")]
   args = build_parser().parse_args(argv)
+  # Orbax logs a failed background save through absl, with its threads' tracebacks; the run
+  # reports the failure itself, once, with the fix (checkpoints.CheckpointWriteError).
+  logging.getLogger("absl").setLevel(logging.CRITICAL)
   try:
     return _dispatch(args, overrides)
-  except (KeyError, ValueError, FileNotFoundError, FileExistsError) as e:
+  except Exception as e:  # pylint: disable=broad-except
+    _exit_if_a_peer_was_lost(e)
+    if not isinstance(e, (KeyError, ValueError, OSError)):  # OSError: a full disk, a read-only dir
+      raise
     message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
     print(f"lra: error: {message}", file=sys.stderr)
     return 2
@@ -165,12 +220,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 130
 
 
+def _exit_if_a_peer_was_lost(error: Exception) -> None:
+  """A multi-host run that lost a process ends here: one line, then an immediate exit.
+
+  Not a normal exit: JAX's exit handler would wait at a shutdown barrier for the lost process
+  (minutes), and Orbax threads for saves that can no longer finish.
+  """
+  if "jax" not in sys.modules:
+    return
+  from lra import distributed
+  lost = distributed.lost_peer(error)
+  if lost is None:
+    return
+  print(f"lra: {lost.hint()}", file=sys.stderr)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(distributed.EXIT_PEER_LOST)  # pylint: disable=protected-access
+
+
 def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
   if args.command == "table":
     return table_command(args)
+  if args.command == "check":
+    return check_command(args, overrides)
   if args.command == "sweep":
     from lra import sweep
     return sweep.main(args, overrides)
+  if args.command == "diff":
+    from lra import run_diff
+    print(run_diff.format_diff(run_diff.diff_runs(args.run_a, args.run_b), args.run_a,
+                               args.run_b))
+    return 0
+  if args.command == "eval":
+    from lra import evaluation
+    record = evaluation.evaluate_run(args.run_dir, checkpoint=args.checkpoint, split=args.split,
+                                     data_dir=args.data_dir)
+    print(f"{args.run_dir}: {record['checkpoint']} checkpoint (step {record['step']}) on "
+          f"{record['split']}: accuracy {100 * record[args.split + '/accuracy']:.2f}%, loss "
+          f"{record[args.split + '/loss']:.4f} over {record[args.split + '/num_examples']} "
+          f"examples; appended to {args.run_dir / evaluation.EVALS_FILE}")
+    return 0
   from lra import data_commands, run  # deferred: `lra --help` should not wait for JAX
   if args.command in (None, "run"):
     from lra import distributed
@@ -195,19 +284,65 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
 
 
 def table_command(args: argparse.Namespace) -> int:
-  from lra import tables
+  from lra import results, tables
   readme = args.readme
   if readme is None and (args.results_dir.parent / "README.md").exists():
     readme = args.results_dir.parent / "README.md"
   if args.check:
-    stale = tables.check(args.results_dir, readme)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", results.RunFileWarning)  # reported below, as failures
+      stale = tables.check(args.results_dir, readme)
+    unreadable = results.unreadable_run_files(args.results_dir)
+    for problem in unreadable:
+      print(f"lra table --check: {problem}", file=sys.stderr)
     for path in stale:
       print(f"lra table --check: {path} differs from what the runs give", file=sys.stderr)
     if stale:
       print("Run `lra table` and commit the result.", file=sys.stderr)
-    return 1 if stale else 0
-  for path in tables.write(args.results_dir, readme):
+    return 1 if stale or unreadable else 0
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always", results.RunFileWarning)
+    written = tables.write(args.results_dir, readme)
+  for warning in caught:  # a skipped run file: one plain line, not Python's warning format
+    if issubclass(warning.category, results.RunFileWarning):
+      print(f"lra table: warning: {warning.message}", file=sys.stderr)
+    else:
+      warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+  for path in written:
     print(f"wrote {path}")
+  return 0
+
+
+def check_command(args: argparse.Namespace, overrides: list[str]) -> int:
+  """`lra check MIXER`: the contract's properties, one line each; 1 if any fails."""
+  from lra.config_loading import apply_overrides, use_mixer
+  from lra.configs.common import base_config
+  from lra.models.mixers import find_mixer
+  from lra.models.mixers.contract import PADS, PROPERTIES, MixerContract
+  for item in overrides:
+    if not item.startswith("mixers."):
+      raise ValueError(f"--config.{item}: lra check reads only --config.mixers.NAME.FIELD=VALUE "
+                       "(sizes: --dim, --heads).")
+  config = base_config("check", "check", "latte", tokens=False)  # only its mixer blocks are read
+  config.lock()
+  use_mixer(config, args.mixer)
+  settings = apply_overrides(config, overrides).mixers[config.model.mixer].to_dict()
+  found = find_mixer(args.mixer)
+  contract = MixerContract(found.cls, settings, dim=args.dim, num_heads=args.heads)
+  print(f"lra check {args.mixer}: {found.cls.__name__}"
+        f"({', '.join(f'{k}={v!r}' for k, v in settings.items())}) at D={args.dim}, "
+        f"H={args.heads}, T={contract.length} (2 rows, the second ending in {PADS} pads)"
+        + (f"; source sha256 {found.source['sha256'][:8]}" if found.source else ""), flush=True)
+  failed = []
+  for name in PROPERTIES:
+    result = contract.check(name)
+    print(result.line(), flush=True)
+    if result.passed is False:
+      failed.append(name)
+  if failed:
+    print(f"lra check: {len(failed)} of {len(PROPERTIES)} properties fail: {', '.join(failed)}")
+    return 1
+  print(f"lra check: {args.mixer} meets the mixer contract")
   return 0
 
 
@@ -221,8 +356,10 @@ def print_result(result: dict) -> None:
     return "n/a" if x is None else f"{100 * x:.2f}%"
   print(f"{result['task']} x {result['mixer']} ({result['preset']}): {result['status']} at step "
         f"{result['step']}\n"
-        f"  test accuracy {pct(result['test_accuracy'])} (at best val step {result['best_step']},"
-        f" val {pct(result['val_accuracy'])}); last step {pct(result['test_accuracy_last'])}\n"
+        f"  test accuracy {pct(result['test_accuracy'])} at the best val step "
+        f"{result['best_step']} (val {pct(result['val_accuracy'])}); best test "
+        f"{pct(result.get('best_test_accuracy'))} (step {result.get('best_test_step')}); last step "
+        f"{pct(result['test_accuracy_last'])}\n"
         f"  majority class {pct(result['majority_accuracy'])}, chance "
         f"{pct(result['chance_accuracy'])}\n"
         f"  {result['num_params']:,} parameters, {result['steps_per_s']:.1f} steps/s, "

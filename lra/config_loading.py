@@ -6,8 +6,9 @@ import ast
 import hashlib
 import importlib
 import json
+import re
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import ml_collections
 
@@ -15,28 +16,80 @@ from lra import run_identity
 from lra.tasks import TASKS
 
 
-def load_config(task: str, preset: str = "paper") -> ml_collections.ConfigDict:
-  """`configs/<task>.py:get_config(preset)`, or an error naming what exists."""
+def load_config(task: str, preset: str = "paper",
+                mixer: str = "latte") -> ml_collections.ConfigDict:
+  """`configs/<task>.py:get_config("PRESET,mixer=MIXER")`, or an error naming what exists."""
   if task not in TASKS:
     raise KeyError(f"Unknown task '{task}'. Valid tasks: {', '.join(sorted(TASKS))}")
-  return importlib.import_module(f"lra.configs.{task}").get_config(preset)
+  return importlib.import_module(f"lra.configs.{task}").get_config(f"{preset},mixer={mixer}")
 
 
 def resolve_config(task: str, mixer: str, preset: str = "paper",
                    overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
-  """The preset's config with `model.mixer` set and the overrides applied."""
-  config = load_config(task, preset)
-  if mixer not in config.mixers:  # one block per registered mixer (tests keep them in step)
-    raise KeyError(f"Unknown mixer '{mixer}'. Valid mixers: {', '.join(sorted(config.mixers))}")
-  config.model.mixer = mixer
+  """The preset's config for this mixer, with the overrides applied.
+
+  MIXER is a registered name, or one from outside the suite (`path/file.py:Class`,
+  `module:Class`, an `lra.mixers` entry point; see lra.models.mixers). `--config.model.mixer=NAME`
+  among the overrides picks the mixer (and its preset settings) the same way.
+  """
+  for item in overrides:
+    if item.partition("=")[0].strip() == "model.mixer":
+      mixer = item.partition("=")[2].strip()
+  overrides = [o for o in overrides if o.partition("=")[0].strip() != "model.mixer"]
+  # A preset may depend on a registered mixer's name; an outside mixer gets the common preset.
+  config = load_config(task, preset, mixer if re.fullmatch(r"[\w.-]+", mixer) else "custom")
+  use_mixer(config, mixer)
   return apply_overrides(config, overrides)
 
 
+def use_mixer(config: ml_collections.ConfigDict, mixer: str) -> None:
+  """Sets `model.mixer` to MIXER: a registered name, or one from outside the suite.
+
+  A registered mixer's block is in every config. An outside one brings its block,
+  `mixers.<Class>` from its fields' defaults, and `mixer_source` (spec, sha256 of its file), so
+  config.json says what ran and a changed file is a different config.
+  """
+  if mixer in config.mixers:
+    config.model.mixer = mixer
+    return
+  from lra.models.mixers import default_settings, find_mixer  # JAX only for outside mixers
+  found = find_mixer(mixer)
+  with config.unlocked():
+    config.mixers[found.key] = default_settings(found.cls)
+    config.mixer_source = found.source
+  config.model.mixer = found.key
+
+
+def mixer_label(config: ml_collections.ConfigDict) -> str:
+  """How run folders and tables name the mixer: its name, and for a mixer from outside the suite
+  `<Class>@<first 8 hex of its file's sha256>`, so each version of the file is its own row."""
+  source = config.get("mixer_source")
+  label = config.model.mixer + (f"@{source.sha256[:8]}" if source else "")
+  return re.sub(r"[^A-Za-z0-9._@-]", "-", label)
+
+
+def reference_config(config: Mapping[str, Any]) -> ml_collections.ConfigDict:
+  """Today's preset config for a config's task, mixer and preset: what its identity (its
+  departures from the preset) is measured against."""
+  source = config.get("mixer_source")
+  mixer = source["spec"] if source else config["model"]["mixer"]
+  return resolve_config(config["task"], mixer, config["preset"])
+
+
+def preset_reference(config: Mapping[str, Any]) -> dict[str, Any] | None:
+  """`reference_config` as a plain dict, or None when that task, mixer or preset no longer
+  exists (or an outside mixer cannot be imported here)."""
+  try:
+    return reference_config(config).to_dict()
+  except (KeyError, ValueError, TypeError, OSError, ImportError):
+    return None
+
+
 def default_run_dir(config: ml_collections.ConfigDict, results_dir: Path) -> Path:
-  """results/runs/<task>/<mixer>/<preset>[+<overrides>]_seed<N> (see run_identity.run_name)."""
-  reference = resolve_config(config.task, config.model.mixer, config.preset)
+  """results/runs/<task>/<mixer label>/<preset>[+<departures>]_seed<N> (run_identity.run_name)."""
+  reference = reference_config(config.to_dict())
   name = run_identity.run_name(config.to_dict(), reference.to_dict())
-  return Path(results_dir) / "runs" / config.task / config.model.mixer / name
+  return Path(results_dir) / "runs" / config.task / mixer_label(config) / name
 
 
 def data_cache_dir(config: ml_collections.ConfigDict, data_dir: Path) -> Path:

@@ -1,4 +1,4 @@
-"""`lra list` and `lra data generate|prepare|inspect`."""
+"""`lra list` and `lra data generate|prepare|inspect|verify`."""
 from __future__ import annotations
 
 import argparse
@@ -11,9 +11,9 @@ import numpy as np
 
 from lra.configs.common import PRESETS
 from lra.run import default_data_dir
-from lra.models.mixers import MIXERS, describe
+from lra.models.mixers import MIXERS, describe, entry_points
 from lra.tasks import TASKS, get_task
-from lra.tasks.contract.cache import PreparedData
+from lra.tasks.contract.cache import PreparedData, rebuild_command
 
 
 def print_list() -> None:
@@ -23,6 +23,8 @@ def print_list() -> None:
   print("Mixers:")
   for name in MIXERS:
     print(f"  {name:<16} {describe(name)}")
+  for name, ep in entry_points().items():  # installed packages' mixers (lra.mixers)
+    print(f"  {name:<16} {ep.value} (installed{f' from {ep.dist.name}' if ep.dist else ''})")
   print(f"Presets: {', '.join(PRESETS)}  (lra run TASK MIXER --preset P)")
 
 
@@ -60,7 +62,24 @@ def dispatch(args: argparse.Namespace) -> int:
     return 0
   if args.data_command == "inspect":
     return inspect(args)
+  if args.data_command == "verify":
+    return verify(args)
   raise AssertionError(args.data_command)
+
+
+def verify(args: argparse.Namespace) -> int:
+  """Full sha256 of every array against meta.json; 1 when any differs (loading checks less)."""
+  data = PreparedData(_cache_dir(args), hint=get_task(args.task).data_hint)
+  problems = data.verify()
+  for name, problem in problems.items():
+    print(f"  {name}: {problem or 'ok'}")
+  damaged = [name for name, problem in problems.items() if problem]
+  if damaged:
+    print(f"lra data verify: {len(damaged)} damaged array(s) in {data.cache_dir}. Rebuild the "
+          f"cache: {rebuild_command(data.cache_dir, data.meta)}", file=sys.stderr)
+    return 1
+  print(f"{args.task}: {data.cache_dir}: all {len(problems)} arrays match meta.json (sha256).")
+  return 0
 
 
 def generate(args: argparse.Namespace) -> int:

@@ -2,6 +2,8 @@
 
 Notebooks and `lra table` read results/ through this module only, so the layout
 `results/runs/<task>/<mixer>/<run>/{config.json,metrics.jsonl,final.json}` is known in one place.
+A run file that cannot be read (truncated, corrupted) is named in a RunFileWarning and its run
+(or, for metrics.jsonl, its curves) is skipped; `unreadable_run_files` lists them all.
 """
 from __future__ import annotations
 
@@ -9,20 +11,24 @@ import json
 import math
 import re
 import statistics
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
 
-from lra.run_identity import config_fingerprint
-from lra.writers import read_metrics
+from lra.config_loading import preset_reference
+from lra.run_identity import config_fingerprint, flatten
 
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
 # Columns of load_runs() taken from final.json as they are (nested dicts are flattened elsewhere).
 FINAL_KEYS = ("status", "task", "mixer", "preset", "seed", "step", "num_steps", "best_step",
-              "val_accuracy", "test_accuracy", "test_accuracy_last", "chance_accuracy",
-              "majority_accuracy", "num_params", "steps_per_s", "wall_time_s", "seq_len",
-              "device", "num_devices", "git_sha")
+              "val_accuracy", "test_accuracy", "best_test_accuracy", "best_test_step",
+              "test_accuracy_last", "chance_accuracy", "majority_accuracy", "num_params",
+              "steps_per_s", "wall_time_s", "examples_seen", "seq_len", "device", "num_devices",
+              "git_sha")
+# The three statistics a run reports, by the final.json key that holds each.
+ACCURACIES = ("test_accuracy", "best_test_accuracy", "test_accuracy_last")
 
 
 def find_results_dir(start: Path | str | None = None) -> Path:
@@ -40,35 +46,101 @@ def find_results_dir(start: Path | str | None = None) -> Path:
                           "`lra run TASK MIXER` first, or pass the results folder explicitly.")
 
 
+class RunFileWarning(UserWarning):
+  """A run file that cannot be read; what uses it skips it."""
+
+
+def _problem(path: Path, what: str) -> str:
+  return (f"{path}: {what}; skipped. Rerun that run's `lra run` command to rewrite it, or delete "
+          f"{path.parent} if the run is not wanted.")
+
+
+def _json_problem(path: Path) -> tuple[dict | None, str | None]:
+  """A JSON object file's content, or what is wrong with it."""
+  try:
+    data = json.loads(path.read_text())
+  except (OSError, UnicodeDecodeError) as e:
+    return None, _problem(path, f"cannot be read ({e})")
+  except json.JSONDecodeError as e:
+    return None, _problem(path, f"not valid JSON (truncated or corrupted: {e})")
+  if not isinstance(data, dict):
+    return None, _problem(path, f"expected a JSON object, found {type(data).__name__}")
+  return data, None
+
+
+def _metrics_problem(path: Path) -> tuple[list[dict], str | None]:
+  """metrics.jsonl's rows and what is wrong with it, if anything.
+
+  A last line cut short (no newline: a kill while writing it) loses that line only; any other
+  bad line means the file is corrupted and no row is trusted.
+  """
+  try:
+    text = path.read_text()
+  except (OSError, UnicodeDecodeError) as e:
+    return [], _problem(path, f"cannot be read ({e})")
+  lines = text.splitlines()
+  rows = []
+  for number, line in enumerate(lines, start=1):
+    try:
+      row = json.loads(line)
+    except json.JSONDecodeError:
+      row = None
+    if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+      if number == len(lines) and not text.endswith("\n"):
+        return rows, (f"{path}: line {number} is cut short (a kill while writing it); that line "
+                      "is skipped.")
+      return [], _problem(path, f"line {number} is not a metrics record (corrupted)")
+    rows.append(row)
+  return rows, None
+
+
+def unreadable_run_files(results_dir: Path | str = "results") -> list[str]:
+  """One message per final.json, config.json or metrics.jsonl under runs/ that cannot be read."""
+  problems = []
+  for path in sorted(Path(results_dir).glob("runs/*/*/*/*")):
+    if path.name in ("final.json", "config.json"):
+      problems.append(_json_problem(path)[1])
+    elif path.name == "metrics.jsonl":
+      problems.append(_metrics_problem(path)[1])
+  return [p for p in problems if p]
+
+
 def load_runs(results_dir: Path | str = "results", *, status: str | None = None) -> pd.DataFrame:
   """One row per run directory with a final.json, sorted by task, mixer and run name.
 
+  A run whose final.json or config.json cannot be read is skipped with a RunFileWarning.
+
   Args:
     results_dir: the folder holding runs/.
-    status: keep only runs with this status ("complete", "diverged", "running"); None keeps all.
+    status: keep only runs with this status ("complete", "diverged", "interrupted", "running");
+      None keeps all.
 
   Returns:
     A DataFrame with FINAL_KEYS plus `run` (the folder name), `variant` (the run name without its
     `_seedN` suffix: runs of one variant and config are seeds of one experiment), `run_dir`
-    (relative to results_dir's parent, with forward slashes) and `config_id` (config_fingerprint).
+    (relative to results_dir's parent, with forward slashes), `config_id` (the fingerprint
+    of the run's preset and its departures from today's preset: see lra.run_identity) and
+    `config` (the run's config.json, flattened to `a.b` keys).
   """
   results_dir = Path(results_dir)
   rows = []
   for final_path in sorted(results_dir.glob("runs/*/*/*/final.json")):
     run_dir = final_path.parent
-    try:
-      final = json.loads(final_path.read_text())
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{final_path}: not valid JSON ({e}); delete the run folder or rerun "
-                       "its `lra run` command to rewrite it.") from None
-    row = {key: final.get(key) for key in FINAL_KEYS}
+    final, problem = _json_problem(final_path)
     config_path = run_dir / "config.json"
-    config = json.loads(config_path.read_text()) if config_path.exists() else {}
+    config = {}
+    if problem is None and config_path.exists():
+      config, problem = _json_problem(config_path)
+    if problem is not None:
+      warnings.warn(problem, RunFileWarning, stacklevel=2)
+      continue
+    reference = preset_reference(config) if config else None
+    row = {key: final.get(key) for key in FINAL_KEYS}
     row.update(run=run_dir.name, variant=_SEED_SUFFIX.sub("", run_dir.name),
                run_dir=run_dir.relative_to(results_dir.parent).as_posix(),
-               config_id=config_fingerprint(config))
+               config_id=config_fingerprint(config, reference), config=flatten(config))
     rows.append(row)
-  columns = [*FINAL_KEYS, "run", "variant", "run_dir", "config_id"]
+  columns = [*FINAL_KEYS, "run", "variant", "run_dir", "config_id", "config"]
   runs = pd.DataFrame(rows, columns=columns)
   if status is not None:
     runs = runs[runs["status"] == status]
@@ -79,10 +151,13 @@ def load_curves(run_dir: Path | str) -> pd.DataFrame:
   """A run's metrics.jsonl as one row per step (train and eval lines of a step merged).
 
   Columns are `step` plus the flat metric keys (`train/loss`, `val/accuracy`, ...); a metric not
-  logged at a step is NaN there.
+  logged at a step is NaN there. A RunFileWarning names a damaged file: a last line cut short is
+  dropped, any other bad line drops the whole file (no rows).
   """
   path = Path(run_dir) / "metrics.jsonl"
-  rows = read_metrics(path) if path.exists() else []
+  rows, problem = _metrics_problem(path) if path.exists() else ([], None)
+  if problem is not None:
+    warnings.warn(problem, RunFileWarning, stacklevel=2)
   if not rows:
     return pd.DataFrame({"step": pd.Series(dtype=int)})
   frame = pd.DataFrame(rows)
@@ -123,10 +198,11 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 
   Returns:
     One row per experiment: task, mixer, preset, label (what tables print as the preset),
-    num_runs, runs (names joined by ';'), test_accuracy / test_accuracy_std, the same for
-    val_accuracy and test_accuracy_last, chance_accuracy, majority_accuracy, steps_per_s,
-    num_params, seq_len, num_steps, device (distinct devices joined by ';'). Accuracies stay
-    fractions in 0..1.
+    num_runs, runs (names joined by ';'), config (the first run's flat config), and mean / `_std`
+    of the three statistics (test_accuracy at the best val step, best_test_accuracy,
+    test_accuracy_last) and of val_accuracy; means of chance_accuracy, majority_accuracy,
+    steps_per_s, examples_seen, wall_time_s; num_params, seq_len, num_steps when the seeds
+    agree; device (distinct devices joined by ';'). Accuracies stay fractions in 0..1.
   """
   keys = ["task", "mixer", "preset", "variant", "config_id"]
   rows = []
@@ -140,10 +216,11 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     if configs_per_variant[(task, mixer, variant)] > 1:
       label += f" [config {config_id}]"
     row = dict(zip(keys, key), label=label, num_runs=len(group),
-               runs=";".join(sorted(group["run"])))
-    for metric in ("test_accuracy", "val_accuracy", "test_accuracy_last"):
+               runs=";".join(sorted(group["run"])), config=group["config"].iloc[0])
+    for metric in (*ACCURACIES, "val_accuracy"):
       row[metric], row[metric + "_std"] = _mean_std(group[metric])
-    for metric in ("chance_accuracy", "majority_accuracy", "steps_per_s"):
+    for metric in ("chance_accuracy", "majority_accuracy", "steps_per_s", "examples_seen",
+                   "wall_time_s"):
       row[metric] = _mean_std(group[metric])[0]
     for metric in ("num_params", "seq_len", "num_steps"):
       values = sorted({int(v) for v in group[metric] if v is not None and not _isnan(v)})

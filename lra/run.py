@@ -9,10 +9,10 @@ from typing import Any, Sequence
 
 import ml_collections
 
-from lra import run_identity, train
-from lra.config_loading import data_cache_dir, default_run_dir, resolve_config
+from lra import run_identity, run_lock, train
+from lra.config_loading import data_cache_dir, default_run_dir, reference_config, resolve_config
 from lra.tasks import get_task
-from lra.tasks.contract.cache import DataMissingError, PreparedData
+from lra.tasks.contract.cache import CacheDamagedError, DataMissingError, PreparedData
 
 
 def default_data_dir() -> Path:
@@ -21,14 +21,19 @@ def default_data_dir() -> Path:
 
 def load_data(config: ml_collections.ConfigDict, data_dir: Path,
               log=lambda msg: print(msg, file=sys.stderr)) -> PreparedData:
-  """The prepared cache for this config; small presets generate theirs when it is missing."""
+  """The prepared cache for this config, checked; small presets (re)generate theirs when it is
+  missing or damaged. Both the raw files and the cache are replaced whole, so a run killed while
+  generating leaves nothing half-written for the next one to trip on."""
   task = get_task(config.task)
   cache_dir = data_cache_dir(config, data_dir)
   try:
     return PreparedData(cache_dir, hint=task.data_hint)
-  except DataMissingError:
+  except (DataMissingError, CacheDamagedError) as problem:
     if not (config.data.generate and task.generate_small):
       raise
+    if isinstance(problem, CacheDamagedError):
+      log(f"{config.task}: {problem.path.name} in {cache_dir} is damaged ({problem.problem}); "
+          "generating the data again")
   raw_dir = cache_dir.with_name(cache_dir.name + "_raw")
   log(f"{config.task}: generating {config.preset} data in {raw_dir} (seeded, no download)")
   task.generate_small(raw_dir, **config.data.generator.to_dict())
@@ -39,20 +44,29 @@ def load_data(config: ml_collections.ConfigDict, data_dir: Path,
 def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str] = (),
         data_dir: Path | None = None, run_dir: Path | None = None,
         results_dir: Path = Path("results"), progress: bool = True) -> dict[str, Any]:
-  """Trains and evaluates one (task, mixer) pair; resumes an unfinished run in the same dir."""
+  """Trains and evaluates one (task, mixer) pair; resumes an unfinished run in the same dir.
+
+  The run directory is locked first (one run per folder; checked writable before anything else).
+  """
   config = resolve_config(task, mixer, preset, overrides)
-  data = load_data(config, data_dir or default_data_dir())
   run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir)
+  with run_lock.hold(run_dir):
+    return _run_locked(config, run_dir, data_dir, progress)
+
+
+def _run_locked(config: ml_collections.ConfigDict, run_dir: Path, data_dir: Path | None,
+                progress: bool) -> dict[str, Any]:
+  task, mixer, preset = config.task, config.model.mixer, config.preset
+  data = load_data(config, data_dir or default_data_dir())
   previous = run_dir / "config.json"
   if previous.exists():
     stored = json.loads(previous.read_text())
-    diff = run_identity.config_diff(stored, config.to_dict())
-    if stored.get("train", {}).get("seed") != config.train.seed:  # config_diff leaves seeds out
-      diff["changed"].append(f"train.seed={stored.get('train', {}).get('seed')}")
-    if any(diff.values()):
+    reference = reference_config(config.to_dict()).to_dict()
+    reasons = run_identity.same_run(stored, config.to_dict(), reference)
+    if reasons:
       raise FileExistsError(
-          f"{run_dir} holds a run with a different config ({_describe(diff)}); pass --run-dir "
-          "for a new run, or delete that folder to start over.")
+          f"{run_dir} holds another run ({_describe(reasons)}); pass --run-dir for a new run, "
+          "or delete that folder to start over.")
   final_path = run_dir / "final.json"
   if final_path.exists() and json.loads(final_path.read_text()).get("status") == "complete":
     print(f"{run_dir} is already complete; delete it to run again.", file=sys.stderr)
@@ -63,9 +77,6 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
   return train.train_and_evaluate(config, data, run_dir, progress=progress)
 
 
-def _describe(diff: dict[str, list[str]], limit: int = 4) -> str:
-  parts = ([f"it has {item}" for item in diff["changed"]] +
-           [f"it lacks {key}" for key in diff["missing"]] +
-           [f"it has {key}, unknown now" for key in diff["unknown"]])
-  more = f", and {len(parts) - limit} more" if len(parts) > limit else ""
-  return "; ".join(parts[:limit]) + more
+def _describe(reasons: list[str], limit: int = 4) -> str:
+  more = f", and {len(reasons) - limit} more" if len(reasons) > limit else ""
+  return "; ".join(reasons[:limit]) + more

@@ -1,8 +1,14 @@
-"""What identifies a run: the part of its config that can change its results, a fingerprint of
-that part, and the run folder's default name (preset, the settings that differ from it, seed).
+"""What identifies a run: its preset, the settings where it departs from that preset's defaults
+(today's), and its seed. From those come the run folder's default name and the fingerprint that
+groups seeds of one experiment in the tables.
+
+Identity is relative to the preset, not a hash of the whole config, so adding a config key with a
+default (which reproduces the old behaviour) leaves every existing run resumable and in the tables:
+a stored config that lacks a key simply does not depart from the preset there. Settings of mixers
+a run does not use are not part of its identity either.
 
 Plain dicts in, plain values out (no JAX, no ml_collections), so `lra table`, `lra sweep` and the
-notebooks share these rules with `lra run` without importing the model code.
+notebooks share these rules with `lra run`.
 """
 from __future__ import annotations
 
@@ -16,20 +22,6 @@ _MAX_NAME = 80  # longer override suffixes become a hash, so paths stay usable
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+,-]")
 
 
-def comparable_config(config: Mapping[str, Any]) -> dict[str, Any]:
-  """The config without the settings blocks of mixers this run does not use.
-
-  Every config carries one block per registered mixer; leaving the others out means that
-  registering a new mixer (or retuning another one's defaults) leaves existing runs unchanged.
-  """
-  config = json.loads(json.dumps(config))
-  mixer = config.get("model", {}).get("mixer")
-  mixers = config.get("mixers")
-  if isinstance(mixers, dict) and mixer in mixers:
-    config["mixers"] = {mixer: mixers[mixer]}
-  return config
-
-
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
   """{'train': {'seed': 0}} -> {'train.seed': 0}; empty blocks vanish."""
   flat: dict[str, Any] = {}
@@ -41,12 +33,13 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
   return flat
 
 
-def config_fingerprint(config: Mapping[str, Any]) -> str:
-  """A short hash of the comparable config without its seed: runs with equal fingerprints are
-  seeds of one experiment, and only those are averaged together."""
-  flat = flatten(comparable_config(config))
+def _own_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+  """The flat config without the seed and without the blocks of mixers this run does not use."""
+  mixer = config.get("model", {}).get("mixer")
+  flat = flatten(config)
   flat.pop(SEED_KEY, None)
-  return hashlib.sha256(json.dumps(flat, sort_keys=True).encode()).hexdigest()[:8]
+  return {k: v for k, v in flat.items()
+          if not k.startswith("mixers.") or k.startswith(f"mixers.{mixer}.")}
 
 
 def _text(value: Any) -> str:
@@ -54,36 +47,54 @@ def _text(value: Any) -> str:
       json.dumps(value) if isinstance(value, (list, dict)) else str(value))
 
 
-def config_diff(config: Mapping[str, Any], reference: Mapping[str, Any]) -> dict[str, list[str]]:
-  """How `config` departs from `reference` (its preset's config), comparable parts only.
+def departures(config: Mapping[str, Any], reference: Mapping[str, Any]) -> list[str]:
+  """Sorted "key=value" settings where `config` differs from `reference`, its preset's config.
 
-  Returns:
-    {"changed": ["key=value", ...] (values of config), "missing": [keys the reference has and
-    config lacks], "unknown": [keys config has and the reference lacks]}, each sorted; the seed
-    is left out (it has its own place in the run name).
+  Keys the config lacks (added since it was written) and keys the reference lacks (removed since)
+  are not departures; the seed is left out (it has its own place in the run name).
   """
-  ours, theirs = flatten(comparable_config(config)), flatten(comparable_config(reference))
-  for flat in (ours, theirs):
-    flat.pop(SEED_KEY, None)
-  return {
-      "changed": sorted(f"{k}={_text(ours[k])}" for k in ours.keys() & theirs.keys()
-                        if ours[k] != theirs[k]),
-      "missing": sorted(theirs.keys() - ours.keys()),
-      "unknown": sorted(ours.keys() - theirs.keys()),
-  }
+  ours, theirs = _own_settings(config), _own_settings(reference)
+  return sorted(f"{k}={_text(ours[k])}" for k in ours.keys() & theirs.keys()
+                if ours[k] != theirs[k])
+
+
+def config_fingerprint(config: Mapping[str, Any], reference: Mapping[str, Any] | None) -> str:
+  """A short hash of (preset, departures): runs with equal fingerprints are seeds of one
+  experiment, and only those are averaged together. Without a reference (a preset that no longer
+  exists) every setting counts."""
+  settings = (departures(config, reference) if reference is not None else
+              sorted(f"{k}={_text(v)}" for k, v in _own_settings(config).items()))
+  key = json.dumps([config.get("preset"), settings])
+  return hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
 def run_name(config: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
-  """`<preset>[+<overrides>]_seed<N>`: e.g. `demo_seed0`, `demo+mixers.latte.vapor=True_seed0`.
+  """`<preset>[+<departures>]_seed<N>`: e.g. `demo_seed0`, `demo+mixers.latte.vapor=True_seed0`.
 
-  The overrides are the settings where `config` differs from `reference` (its preset's own
-  config), so two commands that resolve to one config share a folder, and a different config
-  never lands in another's folder (a suffix over 80 characters is replaced by its hash).
+  Two commands that resolve to one config share a folder, and a different config never lands in
+  another's folder (a suffix over 80 characters is replaced by its hash).
   """
-  changed = config_diff(config, reference)["changed"]
-  suffix = ",".join(changed)
+  suffix = ",".join(departures(config, reference))
   if len(suffix) > _MAX_NAME:
     suffix = "cfg-" + hashlib.sha256(suffix.encode()).hexdigest()[:8]
   suffix = _UNSAFE.sub("-", suffix)
   seed = flatten(config).get(SEED_KEY, 0)
   return f"{config['preset']}{'+' + suffix if suffix else ''}_seed{seed}"
+
+
+def same_run(stored: Mapping[str, Any], config: Mapping[str, Any],
+             reference: Mapping[str, Any]) -> list[str]:
+  """Why a run dir's stored config is not the run `config` describes ([] when it is).
+
+  Both are compared through their departures from `reference` (today's preset), plus the seed,
+  preset, task and mixer.
+  """
+  reasons = []
+  for key in ("task", "preset", "model.mixer", SEED_KEY):
+    old, new = flatten(stored).get(key), flatten(config).get(key)
+    if old != new:
+      reasons.append(f"it has {key}={old}, this command {key}={new}")
+  old, new = set(departures(stored, reference)), set(departures(config, reference))
+  reasons += [f"it has {item}" for item in sorted(old - new)]
+  reasons += [f"this command has {item}" for item in sorted(new - old)]
+  return reasons

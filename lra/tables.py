@@ -2,8 +2,15 @@
 
 Writes results/tables/<task>.csv|md (every experiment of one task) and results/tables/lra.csv|md
 (mixers x the six LRA tasks + the average of the five without Path-X). The CSVs are the source of
-truth; the Markdown and the README block are renderings of the same rows. Output depends only on
-the run files and the reference CSV (no timestamps), so `lra table --check` can compare.
+truth; the Markdown (lra.table_markdown) and the README block are renderings of the same rows.
+Output depends only on the run files and the reference CSV (no timestamps), so
+`lra table --check` can compare.
+
+Every run reports three statistics (final.json): test accuracy at the best validation step, the
+best test accuracy over evaluations (what the Latte papers report), and test accuracy after the
+last step (what the LRA code reports: its --test_only run restores the final checkpoint). A
+published row says which one it is (`statistic` in the reference CSV), and a Δ is only ever taken
+between the same statistic.
 """
 from __future__ import annotations
 
@@ -24,27 +31,44 @@ TASK_TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "
 # Classes per LRA task, for the chance marks of published rows (ours carry their own).
 LRA_NUM_CLASSES = {"listops": 10, "text": 2, "retrieval": 2, "image": 10, "pathfinder": 2,
                    "pathx": 2}
-PROTOCOL_PRESETS = ("paper", "lra")  # the only presets whose numbers are compared with papers
+# Preset groups, each its own table section: the papers' protocols (Δ to the published rows),
+# the LRA task at full length with small models on a CPU (published numbers beside, no Δ: other
+# models), and the small sanity-check presets.
+PROTOCOL_PRESETS = ("paper", "lra")
+CPU_PRESETS = ("laptop",)
+# statistic name -> (the column holding ours, what it is)
+STATISTICS = {
+    "best_test": ("best_test_accuracy", "best test accuracy over evaluations (the Latte papers' "
+                  "statistic)"),
+    "last": ("test_accuracy_last", "test accuracy after the last step (the LRA code's statistic)"),
+    "best_val": ("test_accuracy", "test accuracy at the best validation step (the model chosen "
+                 "without the test set)"),
+}
+PUBLISHED_STATISTICS = ("best_test", "last", "unstated")
 CHANCE_MARGIN = 1.0  # points: a mean this close to chance/majority has not learned the task
 REFERENCE_CSV = Path(__file__).with_name("reference") / "published_lra.csv"
 README_START, README_END = "<!-- lra-table:start -->", "<!-- lra-table:end -->"
-CHANCE_MARK = "‡"
 
-TASK_COLUMNS = ["source", "model", "mixer", "preset", "num_runs", "runs", "test_accuracy",
-                "test_accuracy_std", "val_accuracy", "test_accuracy_last", "chance_accuracy",
-                "majority_accuracy", "at_chance", "published", "delta", "published_model",
-                "steps_per_s", "num_params", "seq_len", "num_steps", "device", "reference"]
+TASK_COLUMNS = ["source", "model", "mixer", "preset", "num_runs", "runs",
+                "best_test_accuracy", "best_test_accuracy_std", "test_accuracy",
+                "test_accuracy_std", "test_accuracy_last", "test_accuracy_last_std",
+                "val_accuracy", "chance_accuracy", "majority_accuracy", "at_chance", "published",
+                "published_statistic", "delta", "published_model", "steps_per_s", "num_params",
+                "seq_len", "num_steps", "examples_seen", "wall_time_s", "device", "reference"]
 
 
 def load_published(path: Path = REFERENCE_CSV) -> list[dict[str, str]]:
   """Rows of the published-results CSV (accuracies in %, 'FAIL' or '' where there is none)."""
   with open(path, newline="") as f:
     rows = list(csv.DictReader(f))
-  expected = {"model", "mixer", *LRA_TASKS, "source"}
+  expected = {"model", "mixer", "settings", "statistic", *LRA_TASKS, "source"}
   if not rows or not expected <= set(rows[0]):
     raise ValueError(f"{path}: expected columns {sorted(expected)}, found "
                      f"{sorted(rows[0]) if rows else 'no rows'}")
   for line, row in enumerate(rows, start=2):
+    if row["statistic"] not in PUBLISHED_STATISTICS:
+      raise ValueError(f"{path}:{line}: statistic is '{row['statistic']}', expected one of "
+                       f"{', '.join(PUBLISHED_STATISTICS)}")
     for task in LRA_TASKS:
       if row[task] not in ("", "FAIL"):
         try:
@@ -55,9 +79,25 @@ def load_published(path: Path = REFERENCE_CSV) -> list[dict[str, str]]:
   return rows
 
 
-def _reference_for(mixer: str, published: list[dict[str, str]]) -> dict[str, str] | None:
-  # The first published row of a mixer is its reference (for latte: L=40, the paper preset).
-  return next((row for row in published if row["mixer"] == mixer), None)
+def _settings_hold(settings: str, config: dict[str, Any]) -> bool:
+  """Whether a run's flat config meets a published row's `a.b=value;...` settings; a value
+  `@c.d` means "equal to the run's c.d" (e.g. L = D)."""
+  for condition in filter(None, (s.strip() for s in settings.split(";"))):
+    key, _, want = condition.partition("=")
+    have = config.get(key)
+    target = config.get(want[1:]) if want.startswith("@") else want
+    if have is None or str(have) != str(target):
+      return False
+  return True
+
+
+def reference_for(mixer: str, config: dict[str, Any] | None,
+                  published: list[dict[str, str]]) -> dict[str, str] | None:
+  """The published row an experiment is compared with: the first row of its mixer whose
+  settings its config meets (Latte's L=40 row for L=40, its L=D row for L=D)."""
+  config = config if isinstance(config, dict) else {}
+  return next((row for row in published if row["mixer"] == mixer
+               and _settings_hold(row["settings"], config)), None)
 
 
 def _num(value: Any) -> float | None:
@@ -72,20 +112,24 @@ def _pct(value: Any) -> float | None:
   return None if value is None else 100.0 * value
 
 
-def _fmt(value: Any, digits: int = 2) -> str:
-  if isinstance(value, str):
-    return value
-  value = _num(value)
-  return "" if value is None else f"{value:.{digits}f}"
-
-
-def _at_chance(acc: float | None, chance: float | None, majority: float | None = None) -> bool:
+def at_chance(acc: float | None, chance: float | None, majority: float | None = None) -> bool:
   floor = max(x for x in (chance, majority, 0.0) if x is not None)
   return acc is not None and acc <= floor + CHANCE_MARGIN
 
 
-def _is_protocol(preset: str) -> bool:
-  return preset in PROTOCOL_PRESETS
+def group(preset: str) -> str:
+  """"protocol", "cpu" or "small": the table section a preset's runs belong to."""
+  preset = preset.split(" ")[0]
+  return ("protocol" if preset in PROTOCOL_PRESETS else "cpu" if preset in CPU_PRESETS
+          else "small")
+
+
+def _delta(ours: dict[str, Any], ref: dict[str, str] | None, task: str) -> float | None:
+  """Ours minus the published number, on the statistic the published row reports."""
+  if ref is None or ref["statistic"] not in STATISTICS:
+    return None
+  acc, ref_acc = ours.get(STATISTICS[ref["statistic"]][0]), _num(ref[task])
+  return None if acc is None or ref_acc is None else acc - ref_acc
 
 
 def task_rows(task: str, summary: pd.DataFrame,
@@ -94,54 +138,59 @@ def task_rows(task: str, summary: pd.DataFrame,
   rows = []
   ours = summary[summary["task"] == task] if not summary.empty else summary
   for exp in _ordered(ours, published):
-    ref = _reference_for(exp["mixer"], published) if task in LRA_TASKS else None
-    acc = _pct(exp["test_accuracy"])
-    ref_acc = _num(ref[task]) if ref else None
-    compare = _is_protocol(exp["preset"]) and ref is not None
-    rows.append({
-        "source": "ours", "model": exp["mixer"], "mixer": exp["mixer"], "preset": exp["label"],
-        "num_runs": exp["num_runs"], "runs": exp["runs"], "test_accuracy": acc,
-        "test_accuracy_std": _pct(exp["test_accuracy_std"]),
-        "val_accuracy": _pct(exp["val_accuracy"]),
-        "test_accuracy_last": _pct(exp["test_accuracy_last"]),
-        "chance_accuracy": _pct(exp["chance_accuracy"]),
-        "majority_accuracy": _pct(exp["majority_accuracy"]),
-        "at_chance": _at_chance(acc, _pct(exp["chance_accuracy"]),
-                                _pct(exp["majority_accuracy"])),
-        "published": (ref[task] or None) if compare else None,
-        "delta": acc - ref_acc if compare and acc is not None and ref_acc is not None else None,
-        "published_model": ref["model"] if compare else "",
-        "steps_per_s": exp["steps_per_s"], "num_params": exp["num_params"],
-        "seq_len": exp["seq_len"], "num_steps": exp["num_steps"], "device": exp["device"],
-        "reference": ""})
+    ref = reference_for(exp["mixer"], exp["config"], published) if task in LRA_TASKS else None
+    shown = ref if group(exp["preset"]) != "small" else None
+    row = {"source": "ours", "task": task, "model": exp["mixer"], "mixer": exp["mixer"],
+           "preset": exp["label"], "num_runs": exp["num_runs"], "runs": exp["runs"]}
+    for column in (*results.ACCURACIES, "val_accuracy", "chance_accuracy",
+                   "majority_accuracy"):
+      row[column] = _pct(exp.get(column))
+    for column in results.ACCURACIES:
+      row[column + "_std"] = _pct(exp.get(column + "_std"))
+    row["at_chance"] = at_chance(row["test_accuracy"], row["chance_accuracy"],
+                                 row["majority_accuracy"])
+    row.update(published=(shown[task] or None) if shown else None,
+               published_statistic=shown["statistic"] if shown else None,
+               published_model=shown["model"] if shown else "",
+               delta=_delta(row, shown, task) if group(exp["preset"]) == "protocol" else None,
+               reference="")
+    for column in ("steps_per_s", "num_params", "seq_len", "num_steps", "examples_seen",
+                   "wall_time_s", "device"):
+      row[column] = exp.get(column)
+    rows.append(row)
   if task in LRA_TASKS:
     chance = 100.0 / LRA_NUM_CLASSES[task]
     for ref in published:
       if not ref[task]:
         continue
-      acc = _num(ref[task])
       rows.append({**{c: None for c in TASK_COLUMNS}, "source": "published",
                    "model": ref["model"], "mixer": ref["mixer"], "preset": "",
-                   "test_accuracy": ref[task], "chance_accuracy": chance,
-                   "at_chance": ref[task] == "FAIL" or _at_chance(acc, chance),
+                   "published": ref[task], "published_statistic": ref["statistic"],
+                   "chance_accuracy": chance,
+                   "at_chance": ref[task] == "FAIL" or at_chance(_num(ref[task]), chance),
                    "reference": ref["source"]})
   return rows
 
 
 def _ordered(ours: pd.DataFrame, published: list[dict[str, str]]) -> list[dict[str, Any]]:
-  """Protocol presets first, then mixers in the reference CSV's order, then by label."""
+  """Protocol presets first, then CPU-scale, then small; mixers in the reference CSV's order."""
   mixer_rank = {}
   for row in published:
     mixer_rank.setdefault(row["mixer"], len(mixer_rank))
-  records = ours.to_dict("records")
-  return sorted(records, key=lambda e: (not _is_protocol(e["preset"]),
-                                        mixer_rank.get(e["mixer"], len(mixer_rank)),
-                                        e["mixer"], e["label"]))
+  order = {"protocol": 0, "cpu": 1, "small": 2}
+  return sorted(ours.to_dict("records"), key=lambda e: (
+      order[group(e["preset"])], mixer_rank.get(e["mixer"], len(mixer_rank)), e["mixer"],
+      e["label"]))
 
 
 def lra_rows(summary: pd.DataFrame, published: list[dict[str, str]]) -> list[dict[str, Any]]:
-  """The rows of results/tables/lra.csv: one per (mixer, preset label) of ours, then published."""
-  per_task = {task: {(r["mixer"], r["preset"]): r for r in task_rows(task, summary, [])
+  """The rows of results/tables/lra.csv: one per (mixer, preset label) of ours, then published.
+
+  For each task: `<task>` (test at the best val step), `<task>_best`, `<task>_last`, their `_std`,
+  `<task>_n`, `<task>_delta` (on the statistic of `<task>_published_statistic`) and
+  `<task>_at_chance`; the same `avg`, `avg_best`, `avg_last` over the five tasks without Path-X.
+  """
+  per_task = {task: {(r["mixer"], r["preset"]): r for r in task_rows(task, summary, published)
                      if r["source"] == "ours"} for task in LRA_TASKS}
   keys = []
   lra_summary = summary[summary["task"].isin(LRA_TASKS)] if not summary.empty else summary
@@ -149,35 +198,39 @@ def lra_rows(summary: pd.DataFrame, published: list[dict[str, str]]) -> list[dic
     if (exp["mixer"], exp["label"]) not in keys:
       keys.append((exp["mixer"], exp["label"]))
   rows = []
+  suffixes = {"": "test_accuracy", "_best": "best_test_accuracy", "_last": "test_accuracy_last"}
   for mixer, label in keys:
-    preset = label.split(" ")[0]
-    ref = _reference_for(mixer, published) if _is_protocol(preset) else None
     row = {"source": "ours", "model": mixer, "mixer": mixer, "preset": label}
-    devices, runs = set(), []
+    devices, runs, models = set(), [], []
     for task in LRA_TASKS:
-      cell = per_task[task].get((mixer, label))
-      acc = cell["test_accuracy"] if cell else None
-      ref_acc = _num(ref[task]) if ref else None
-      row[task] = acc
-      row[f"{task}_std"] = cell["test_accuracy_std"] if cell else None
-      row[f"{task}_n"] = cell["num_runs"] if cell else None
-      row[f"{task}_delta"] = acc - ref_acc if acc is not None and ref_acc is not None else None
-      row[f"{task}_at_chance"] = cell["at_chance"] if cell else None
+      cell = per_task[task].get((mixer, label)) or {}
+      for suffix, column in suffixes.items():
+        row[f"{task}{suffix}"] = cell.get(column)
+        row[f"{task}{suffix}_std"] = cell.get(column + "_std")
+      row[f"{task}_n"] = cell.get("num_runs")
+      row[f"{task}_delta"] = cell.get("delta")
+      row[f"{task}_published_statistic"] = cell.get("published_statistic")
+      row[f"{task}_at_chance"] = cell.get("at_chance")
       if cell:
         devices.update(cell["device"].split(";"))
         runs.append(f"{task}:{cell['runs']}")
-    row["avg"] = _average([row[t] for t in AVG_TASKS])
-    ref_avg = _average([_num(ref[t]) for t in AVG_TASKS]) if ref else None
-    row["avg_delta"] = (row["avg"] - ref_avg if row["avg"] is not None and ref_avg is not None
+        if cell.get("published_model") and cell["published_model"] not in models:
+          models.append(cell["published_model"])
+    for suffix in suffixes:
+      row[f"avg{suffix}"] = _average([row[f"{t}{suffix}"] for t in AVG_TASKS])
+    statistics = {row[f"{t}_published_statistic"] for t in AVG_TASKS}
+    deltas = [row[f"{t}_delta"] for t in AVG_TASKS]
+    row["avg_delta"] = (_average(deltas) if len(statistics) == 1 and None not in statistics
                         else None)
-    row.update(published_model=ref["model"] if ref else "", device=";".join(sorted(devices)),
+    row.update(published_model="; ".join(models), device=";".join(sorted(devices)),
                runs=" ".join(runs), reference="")
     rows.append(row)
   for ref in published:
-    row = {"source": "published", "model": ref["model"], "mixer": ref["mixer"], "preset": ""}
+    row = {"source": "published", "model": ref["model"], "mixer": ref["mixer"], "preset": "",
+           "published_statistic": ref["statistic"]}
     for task in LRA_TASKS:
       row[task] = ref[task] or None
-      row[f"{task}_at_chance"] = (ref[task] == "FAIL" or _at_chance(
+      row[f"{task}_at_chance"] = (ref[task] == "FAIL" or at_chance(
           _num(ref[task]), 100.0 / LRA_NUM_CLASSES[task])) if ref[task] else None
     row["avg"] = _average([_num(ref[t]) for t in AVG_TASKS])
     row["reference"] = ref["source"]
@@ -185,9 +238,12 @@ def lra_rows(summary: pd.DataFrame, published: list[dict[str, str]]) -> list[dic
   return rows
 
 
-LRA_COLUMNS = (["source", "model", "mixer", "preset", *LRA_TASKS, "avg"]
-               + [f"{t}_std" for t in LRA_TASKS] + [f"{t}_n" for t in LRA_TASKS]
+LRA_COLUMNS = (["source", "model", "mixer", "preset", "published_statistic"]
+               + [f"{t}{s}" for s in ("", "_best", "_last") for t in (*LRA_TASKS, "avg")]
+               + [f"{t}{s}_std" for s in ("", "_best", "_last") for t in LRA_TASKS]
+               + [f"{t}_n" for t in LRA_TASKS]
                + [f"{t}_delta" for t in (*LRA_TASKS, "avg")]
+               + [f"{t}_published_statistic" for t in LRA_TASKS]
                + [f"{t}_at_chance" for t in LRA_TASKS]
                + ["published_model", "device", "runs", "reference"])
 
@@ -218,90 +274,14 @@ def _csv_value(value: Any) -> str:
   return "" if value is None else str(value)
 
 
-def _cell(acc: Any, std: Any = None, n: Any = None, delta: Any = None,
-          at_chance: Any = False) -> str:
-  if acc is None or acc == "":
-    return ""
-  text = _fmt(acc)
-  if std is not None and not (isinstance(std, float) and math.isnan(std)):
-    text += f" ± {_fmt(std)}"
-  if n is not None and n > 1:
-    text += f" (n={n})"
-  if delta is not None:
-    text += f" Δ{delta:+.2f}"
-  return text + (f" {CHANCE_MARK}" if at_chance else "")
-
-
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-  return "\n".join(lines)
-
-
-LEGEND = ("Test accuracy (%) at the best validation step, mean ± sample std over seeds "
-          "(n = number of seeds when more than one). Δ = ours minus the published row for the "
-          "same mixer (only for the `paper` and `lra` presets; for Latte the L=40 row). "
-          f"{CHANCE_MARK} = within {CHANCE_MARGIN:g} point of chance or of the majority class "
-          "(FAIL in the LRA paper means the same). Avg = mean over the five tasks without Path-X, "
-          "only when all five have a number.")
-
-
-def lra_markdown_body(rows: list[dict[str, Any]], level: int = 2) -> str:
-  """The lra.md sections (also embedded in the README), headings at `level`."""
-  h = "#" * level
-  titles = [TASK_TITLES[t] for t in (*LRA_TASKS, "avg")]
-  ours = [r for r in rows if r["source"] == "ours"]
-
-  def our_table(selected):
-    return _md_table(["mixer", "preset", *titles, "device"], [
-        [r["mixer"], r["preset"],
-         *[_cell(r[t], r[f"{t}_std"], r[f"{t}_n"], r[f"{t}_delta"], r[f"{t}_at_chance"])
-           for t in LRA_TASKS],
-         _cell(r["avg"], delta=r["avg_delta"]), r["device"]] for r in selected])
-
-  protocol = [r for r in ours if _is_protocol(r["preset"].split(" ")[0])]
-  small = [r for r in ours if not _is_protocol(r["preset"].split(" ")[0])]
-  parts = [LEGEND, f"{h} Ours: LRA protocol (presets `paper`, `lra`)"]
-  parts.append(our_table(protocol) if protocol else
-               "No complete run with the `paper` or `lra` preset yet. Run the grid with "
-               "`lra sweep --tasks listops text retrieval image pathfinder pathx --mixers softmax "
-               "latte --seeds 0 1 2 --run` (or `--emit slurm`), then `lra table`.")
-  parts.append(f"{h} Ours: small presets (generated or reduced data; NOT comparable with the "
-               "papers)")
-  parts.append("Sanity checks that the pipeline learns: the `smoke` and `demo` presets train "
-               "tiny models on small generated data (demo ListOps is far easier than LRA's), so "
-               "no Δ is shown.")
-  parts.append(our_table(small) if small else "No complete run with a small preset yet.")
-  parts.append(f"{h} Published")
-  parts.append(_md_table(["model", "mixer", *titles, "source"], [
-      [r["model"], r["mixer"] or "",
-       *[_cell(r[t], at_chance=r[f"{t}_at_chance"]) for t in LRA_TASKS], _cell(r["avg"]),
-       r["reference"]] for r in rows if r["source"] == "published"]))
-  return "\n\n".join(parts) + "\n"
-
-
-def task_markdown(task: str, rows: list[dict[str, Any]], made_by: str) -> str:
-  title = TASK_TITLES.get(task, task)
-  header = ["source", "model", "preset", "test acc", "val acc", "last-step test",
-            "chance / majority", "Δ", "steps/s", "params", "T", "steps", "device", "runs"]
-  body = [[r["source"], r["model"], r["preset"] or "",
-           _cell(r["test_accuracy"], r["test_accuracy_std"], r["num_runs"],
-                 at_chance=r["at_chance"]),
-           _fmt(r["val_accuracy"]), _fmt(r["test_accuracy_last"]),
-           " / ".join(x for x in (_fmt(r["chance_accuracy"]), _fmt(r["majority_accuracy"])) if x),
-           "" if r["delta"] is None else f"{r['delta']:+.2f} vs {r['published_model']}",
-           _fmt(r["steps_per_s"], 1), "" if r["num_params"] is None else f"{r['num_params']:,}",
-           _fmt(r["seq_len"], 0), _fmt(r["num_steps"], 0), r["device"] or "",
-           r["runs"] or r["reference"] or ""] for r in rows]
-  return (f"# {title}\n\n<!-- {made_by} -->\n\n{LEGEND}\n\n{_md_table(header, body)}\n")
-
-
 def build(results_dir: Path, published_csv: Path = REFERENCE_CSV) -> dict[str, str]:
   """Every generated file, `{relative path under results_dir: text}`."""
+  from lra import table_markdown
   runs = results.load_runs(results_dir)
   complete = runs[runs["status"] == "complete"]
   summary = results.summarize(complete)
   published = load_published(published_csv)
+
   def made_by(num_runs: int, pattern: str = "*") -> str:
     return (f"Generated by `lra table` from {num_runs} complete run(s) in "
             f"results/runs/{pattern}/*/*/final.json (mean and sample std over seeds) and "
@@ -311,12 +291,15 @@ def build(results_dir: Path, published_csv: Path = REFERENCE_CSV) -> dict[str, s
       f"{r.run_dir} ({r.status})" for r in skipped.itertuples()) + ".") if len(skipped) else ""
   files = {}
   tasks = sorted(set(complete["task"]) | set(LRA_TASKS) if len(complete) else LRA_TASKS)
+  cpu_rows = []
   for task in tasks:
     rows = task_rows(task, summary, published)
+    if task in LRA_TASKS:
+      cpu_rows += [r for r in rows if r["source"] == "ours" and group(r["preset"]) == "cpu"]
     task_made_by = made_by(int((complete["task"] == task).sum()), task)
     files[f"tables/{task}.csv"] = _csv_text(rows, TASK_COLUMNS,
                                             [task_made_by, "Accuracies in %."])
-    files[f"tables/{task}.md"] = task_markdown(task, rows, task_made_by)
+    files[f"tables/{task}.md"] = table_markdown.task_markdown(task, rows, task_made_by)
   rows = lra_rows(summary, published)
   lra_made_by = made_by(int(complete["task"].isin(LRA_TASKS).sum()),
                         "{" + ",".join(LRA_TASKS) + "}")
@@ -324,8 +307,8 @@ def build(results_dir: Path, published_csv: Path = REFERENCE_CSV) -> dict[str, s
   other = [t for t in tasks if t not in LRA_TASKS]
   extra = ("\n\nOther tasks: " + ", ".join(f"[{t}]({t}.md)" for t in other) + ".") if other else ""
   files["tables/lra.md"] = (f"# LRA results\n\n<!-- {lra_made_by} -->\n\n"
-                            + lra_markdown_body(rows) + (f"\n{note}\n" if note else "")
-                            + (extra + "\n" if extra else ""))
+                            + table_markdown.lra_markdown_body(rows, cpu_rows)
+                            + (f"\n{note}\n" if note else "") + (extra + "\n" if extra else ""))
   return files
 
 

@@ -6,17 +6,19 @@
      saved step wins; the data order and the dropout masks are functions of (seed, step), so the
      state and a little bookkeeping (`Book`) are all a resumed run needs to continue exactly;
   3. `_loop`: train steps; at log points the train metrics, at eval points val and test, at
-     checkpoint points a save; a stop request (Ctrl-C, SIGTERM) saves and returns;
+     checkpoint points a save; a stop request (Ctrl-C, SIGTERM) saves and returns; a lost peer
+     process or a failed checkpoint write records `interrupted` and raises;
   4. `RunFiles.final`: final.json with the status, both reported statistics and provenance.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import flax.linen as nn
 import jax
@@ -29,8 +31,9 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra import checkpoints, distributed, interrupts, optim, writers
+from lra.config_loading import mixer_label
 from lra.models.build import build_model
-from lra.tasks.contract.batches import eval_batches, train_batches
+from lra.tasks.contract.batches import Batching, eval_batches, train_batches
 from lra.tasks.contract.cache import PreparedData
 from lra.tasks.contract.spec import TaskSpec
 
@@ -130,15 +133,28 @@ class Setup:
   tx: optax.GradientTransformation
   train_step: Callable
   eval_step: Callable
+  batching: Batching = Batching()
 
   @property
   def replicated(self) -> NamedSharding:
     return NamedSharding(self.mesh, P())
 
 
+def batching_of(config: ml_collections.ConfigDict) -> Batching:
+  """How this run shapes its batches (config.data.padding, pad_quantum, bucketing)."""
+  d = config.data
+  return Batching(padding=d.padding, quantum=d.pad_quantum, bucketing=d.bucketing)
+
+
 def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
-  """Checks the batch sizes against the devices, then builds the model and its steps."""
+  """Checks the batch sizes against the devices, then builds the model and its steps.
+
+  The model is built for the task's length T (Linformer's projections, learned positions) also
+  when batches are padded to less: a shorter batch reads the first rows of those parameters.
+  """
   tc = config.train
+  batches = batching_of(config)
+  batches.check(spec.seq_len)
   if tc.grad_accum_steps < 1:
     raise ValueError(f"train.grad_accum_steps must be >= 1, got {tc.grad_accum_steps}")
   distributed.check_divisible("train.batch_size", tc.batch_size,
@@ -149,7 +165,8 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
   train_step, eval_step = make_steps(model, mesh, dropout_seed=tc.seed + 1,
                                      grad_accum_steps=tc.grad_accum_steps)
   return Setup(mesh=mesh, put=BatchPlacer(mesh), model=model,
-               tx=optim.make_optimizer(tc), train_step=train_step, eval_step=eval_step)
+               tx=optim.make_optimizer(tc), train_step=train_step, eval_step=eval_step,
+               batching=batches)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,7 +243,7 @@ def evaluate(s: Setup, state: TrainState, data: PreparedData, split: str,
   """Weighted accuracy and loss over a split, every example counted once."""
   totals = {"loss_sum": 0.0, "correct_sum": 0.0, "count": 0.0}
   rows = s.put.rows(batch_size)
-  for batch in eval_batches(data.split(split), data.spec, batch_size, rows):
+  for batch in eval_batches(data.split(split), data.spec, batch_size, rows, s.batching):
     sums = jax.device_get(s.eval_step(state, s.put(batch, batch_size)))
     for key in totals:
       totals[key] += float(sums[key])
@@ -264,11 +281,12 @@ class RunFiles:
     self.context = {**label_baselines(data), **writers.environment()}
 
   def final(self, status: str, step: int, book: Book, last_test: float | None, wall: float,
-            rate: float) -> dict[str, Any]:
-    """Writes final.json (process 0) and returns its dict."""
+            rate: float, *, stop_reason: str | None = None,
+            write: bool | None = None) -> dict[str, Any]:
+    """Writes final.json (process 0, or whoever `write` says) and returns its dict."""
     config, spec = self.config, self.data.spec
     result = {
-        "status": status, "task": config.task, "mixer": config.model.mixer,
+        "status": status, "task": config.task, "mixer": mixer_label(config),
         "preset": config.preset, "seed": config.train.seed, "step": step,
         "num_steps": config.train.num_steps, "best_step": book.best_val["step"],
         "val_accuracy": book.best_val["val/accuracy"],
@@ -278,9 +296,12 @@ class RunFiles:
         "num_params": self.num_params, "steps_per_s": rate, "wall_time_s": wall,
         "examples_seen": step * config.train.batch_size, "seq_len": spec.seq_len,
         "data": {k: self.data.meta.get(k) for k in ("splits", "source", "validation", "options")},
-        "dtype": config.model.dtype, **self.context,
+        "dtype": config.model.dtype, "batching": dataclasses.asdict(batching_of(config)),
+        "stop_reason": stop_reason, **self.context,
     }
-    if self.lead:
+    if "mixer_source" in config:  # a mixer from outside the suite: which file, which version
+      result["mixer_source"] = config.mixer_source.to_dict()
+    if self.lead if write is None else write:
       writers.write_json_atomic(self.run_dir / "final.json", result)
     return result
 
@@ -331,8 +352,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
     if start_step:
       bar.message(f"resuming {run_dir} from step {start_step}")
     return _loop(config, data, s, state, book, start_step, ckpt, files, bar)
+  except distributed.PeerLost:
+    ckpt = None  # closing waits for saves in flight, whose barriers need the lost process
+    raise
   finally:
-    ckpt.close()
+    if ckpt is not None:
+      ckpt.close()
 
 
 def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state: TrainState,
@@ -351,13 +376,17 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
     ckpt.save(step, state, dataclasses.asdict(book))
 
   stream = train_batches(data.split("train"), data.spec, tc.batch_size, tc.seed, step,
-                         s.put.rows(tc.batch_size))
+                         s.put.rows(tc.batch_size), s.batching)
   add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
   window = (None if book.window is None else
             jax.device_put({k: np.float32(v) for k, v in book.window.items()}, s.replicated))
   last_test, rate = None, 0.0
   files.final("running", step, book, None, previous_wall, 0.0)
-  with interrupts.StopRequest() as stop:
+
+  def stopped(reason: str, write: bool | None = None) -> None:  # a stop the loop did not choose
+    files.final("interrupted", step, book, None, wall(), rate, stop_reason=reason, write=write)
+
+  with interrupts.StopRequest() as stop, _faults_end_the_run(stopped, ckpt):
     while step < tc.num_steps:
       state, sums = s.train_step(state, s.put(next(stream), tc.batch_size))
       # Summed on the device; fetched only at log points so the host never waits in between.
@@ -398,9 +427,38 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
         bar.message(f"{stop.signal_name} at step {step}: saving a checkpoint and stopping")
         save(step, window)
         ckpt.wait()
-        return files.final("interrupted", step, book, None, wall(), rate)
-  ckpt.wait()
+        return files.final("interrupted", step, book, None, wall(), rate,
+                           stop_reason=stop.signal_name)
+    ckpt.wait()
   return files.final("complete", step, book, last_test, wall(), rate)
+
+
+@contextlib.contextmanager
+def _faults_end_the_run(stopped: Callable[..., None],
+                        ckpt: checkpoints.Checkpointer) -> Iterator[None]:
+  """A lost peer process or a failed checkpoint write ends the run as `interrupted` (resumable) in
+  final.json, then propagates: PeerLost (with the step to resume from) or CheckpointWriteError."""
+  try:
+    yield
+  except checkpoints.CheckpointWriteError as error:
+    _best_effort(stopped, f"checkpoint write failed: {error}")
+    raise
+  except Exception as error:  # pylint: disable=broad-except
+    lost = distributed.lost_peer(error)
+    if lost is None:
+      raise
+    lost.resume_step = ckpt.committed_step() or 0
+    _best_effort(stopped, lost.describe(), write=lost.final_json_is_ours)
+    raise lost from None
+
+
+def _best_effort(stopped: Callable[..., None], reason: str, **kwargs) -> None:
+  # final.json is the record of the stop, but the error being reported matters more than it
+  # (a full disk may refuse this write too).
+  try:
+    stopped(reason, **kwargs)
+  except OSError:
+    pass
 
 
 def _stop_agreed(requested: bool, log_point: bool) -> bool:

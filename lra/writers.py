@@ -10,15 +10,23 @@ from typing import Any, Mapping
 
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-  """Writes to a temporary file, fsyncs, then renames over the target."""
+  """Writes to a temporary file, fsyncs, then renames over the target.
+
+  The temporary name is unique per host and process: after a lost peer, several survivors of a
+  multi-host run may record the stop in the same final.json at once.
+  """
   path = Path(path)
-  tmp = path.with_name(path.name + ".tmp")
-  with open(tmp, "w") as f:
-    json.dump(data, f, indent=2, sort_keys=True, default=_jsonable)
-    f.write("\n")
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  tmp = path.with_name(f"{path.name}.{platform.node()}.{os.getpid()}.tmp")
+  try:
+    with open(tmp, "w") as f:
+      json.dump(data, f, indent=2, sort_keys=True, default=_jsonable)
+      f.write("\n")
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    tmp.unlink(missing_ok=True)  # a full disk must not also keep half a file around
+    raise
 
 
 def _jsonable(value: Any) -> Any:

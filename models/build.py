@@ -12,15 +12,29 @@ from typing import Any
 import ml_collections
 
 from lra.models.encoder import Classifier, Encoder, MixerFactory
-from lra.models.mixers import get_mixer
+from lra.models.mixers import find_mixer, get_mixer
 
 DTYPES = ("float32", "bfloat16")
 
 
 def mixer_factory(config: ml_collections.ConfigDict) -> MixerFactory:
-  """The class of `config.model.mixer` with its block `config.mixers.<mixer>` bound."""
-  name = config.model.mixer
-  return functools.partial(get_mixer(name), **config.mixers[name].to_dict())
+  """The class of `config.model.mixer` with its block `config.mixers.<mixer>` bound.
+
+  A mixer from outside the suite is found again from `config.mixer_source.spec`; its file must
+  still be the one the config recorded (sha256), or the config would not say what runs.
+  """
+  name, source = config.model.mixer, config.get("mixer_source")
+  if not source:
+    return functools.partial(get_mixer(name), **config.mixers[name].to_dict())
+  found = find_mixer(source.spec)
+  if found.key != name:
+    raise ValueError(f"model.mixer is '{name}' but mixer_source is {source.spec}; pass the mixer "
+                     "as MIXER (lra run TASK MIXER) rather than --config.model.mixer.")
+  if found.source["sha256"] != source.sha256:
+    raise ValueError(f"{source.spec} changed since this config was made (sha256 "
+                     f"{source.sha256[:8]}, now {found.source['sha256'][:8]}); run the command "
+                     "again to record the new version, or restore the file.")
+  return functools.partial(found.cls, **config.mixers[name].to_dict())
 
 
 def build_model(config: ml_collections.ConfigDict, spec: Any) -> Classifier:
@@ -39,5 +53,7 @@ def build_model(config: ml_collections.ConfigDict, spec: Any) -> Classifier:
                     num_layers=m.num_layers, num_heads=m.num_heads, mlp_dim=m.mlp_dim,
                     dropout_rate=m.dropout, mixer_factory=mixer_factory(config),
                     embedding=m.embedding, pos_encoding=m.pos_encoding, pooling=m.pooling,
-                    dtype=m.dtype, remat=m.remat, block=m.block)
-  return Classifier(encoder=encoder, num_classes=spec.num_classes, dual=spec.dual)
+                    dtype=m.dtype, remat=m.remat, block=m.block, glu=m.glu,
+                    mixer_gate=m.mixer_gate, mlp_hidden_dropout=m.mlp_hidden_dropout,
+                    final_norm=m.final_norm)
+  return Classifier(encoder=encoder, num_classes=spec.num_classes, dual=spec.dual, head=m.head)

@@ -1,7 +1,8 @@
 """The one bidirectional encoder every mixer plugs into, and the classifier heads on top of it.
 
 tokens -> embedding + positions -> N pre-LN blocks [x + Drop(Mixer(LN x)); x + Drop(MLP(LN x))]
-(or the Latte paper's "++" blocks, see EncoderBlock) -> LN -> masked mean (or CLS) pooling -> MLP classifier. Retrieval encodes both documents with the
+(or the Latte paper's "++" blocks, see EncoderBlock) -> [final norm] -> masked mean (or CLS, or
+last real token) pooling -> MLP (or linear) classifier. Retrieval encodes both documents with the
 same weights and classifies [u, v, u*v, u-v].
 """
 from __future__ import annotations
@@ -29,41 +30,64 @@ def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
 
 
 class MlpBlock(nn.Module):
-  """Position-wise feed-forward: Dense(mlp_dim) -> GELU -> Dropout -> Dense(D)."""
+  """Position-wise feed-forward: Dense(mlp_dim) -> GELU -> [Dropout] -> Dense(D).
+
+  hidden_dropout: drop the hidden activations too (ours; the authors' code drops only the block's
+  output, which the encoder block does for us).
+  """
   mlp_dim: int
   dropout_rate: float
+  hidden_dropout: bool = True
 
   @nn.compact
   def __call__(self, x: jax.Array, *, deterministic: bool) -> jax.Array:
     y = nn.gelu(nn.Dense(self.mlp_dim)(x))
-    y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+    if self.hidden_dropout:
+      y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
     return nn.Dense(x.shape[-1])(y)
 
 
+GLU_ACTIVATIONS = {"sigmoid": nn.sigmoid, "gelu": nn.gelu}
+
+
 class GatedMlpBlock(nn.Module):
-  """GeGLU feed-forward: Dense(D)(GELU(Dense(mlp_dim) x) * Dense(mlp_dim) x), with dropout."""
+  """Gated feed-forward: Dense(D)(act(Dense(mlp_dim) x) * Dense(mlp_dim) x), [Dropout] inside.
+
+  activation: "sigmoid" is the GLU (Dauphin et al. 2017), "gelu" the GeGLU (Shazeer 2020).
+  """
   mlp_dim: int
   dropout_rate: float
+  activation: str = "sigmoid"
+  hidden_dropout: bool = True
 
   @nn.compact
   def __call__(self, x: jax.Array, *, deterministic: bool) -> jax.Array:
-    y = nn.gelu(nn.Dense(self.mlp_dim, name="gate")(x)) * nn.Dense(self.mlp_dim, name="up")(x)
-    y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+    if self.activation not in GLU_ACTIVATIONS:
+      raise ValueError(f"model.glu must be one of {sorted(GLU_ACTIVATIONS)}, got "
+                       f"{self.activation!r}")
+    gate = GLU_ACTIVATIONS[self.activation](nn.Dense(self.mlp_dim, name="gate")(x))
+    y = gate * nn.Dense(self.mlp_dim, name="up")(x)
+    if self.hidden_dropout:
+      y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
     return nn.Dense(x.shape[-1], name="down")(y)
+
+
+BLOCKS = ("prenorm", "plusplus")
 
 
 class EncoderBlock(nn.Module):
   """Residual block around the mixer and the MLP: pre-LayerNorm, or the Latte paper's "++" block.
 
   block="prenorm": x + Drop(Mixer(LN x)), then x + Drop(MLP(LN x)) with a GELU MLP.
-  block="plusplus" (Latte++, the ICLR version's improved block, in the Griffin style): with
-  h = RMSNorm(x), x + Drop(Dense(GELU(Dense h) * Mixer(h))) -- the mixer output is gated by a
-  GELU branch and projected -- then x + Drop(GeGLU(RMSNorm x)). Our reading of the paper's
-  figure (it gives no equations): RMSNorm instead of LayerNorm, a D x D gate and a D x D output
-  projection around the mixer, and a gated MLP of the same mlp_dim. Per block that adds
-  2 D^2 + D mlp_dim weights, +60% over a prenorm block at mlp_dim = 4D with a 2 D^2 mixer. The
-  paper reports 111M (Latte) vs 140M (Latte++) at the LM scale without the split, so the counts
-  need not match; the budget can be matched by lowering model.mlp_dim.
+  block="plusplus" (Latte++, the paper's ICLR version: RMSNorm and a GLU feed-forward):
+  x + Drop(Mixer(RMSNorm x)), then x + Drop(GLU(RMSNorm x)) with `glu` as the gate's activation.
+  Ours, off by default, in any block: `mixer_gate` gates the mixer's output Griffin-style,
+  Dense(GELU(Dense h) * Mixer(h)) with h the normed input (2 D^2 + 2 D more weights per block).
+
+  Attributes:
+    glu: "sigmoid" (GLU, default) or "gelu" (GeGLU), the "++" block's gate activation.
+    mixer_gate: the GELU gate and D x D output projection around the mixer (ours).
+    mlp_hidden_dropout: dropout on the MLP's hidden activations as well as on its output.
   """
   mixer_factory: MixerFactory
   num_heads: int
@@ -71,27 +95,31 @@ class EncoderBlock(nn.Module):
   dropout_rate: float
   max_len: int
   block: str = "prenorm"
+  glu: str = "sigmoid"
+  mixer_gate: bool = False
+  mlp_hidden_dropout: bool = True
 
   @nn.compact
   def __call__(self, x, mask, carry, deterministic: bool):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry). `deterministic` is positional for nn.remat."""
+    if self.block not in BLOCKS:
+      raise ValueError(f"model.block must be one of {BLOCKS}, got {self.block!r} "
+                       f"(--config.model.block=plusplus).")
+    norm = nn.RMSNorm if self.block == "plusplus" else nn.LayerNorm
     mixer = self.mixer_factory(dim=x.shape[-1], num_heads=self.num_heads, max_len=self.max_len,
                                name="mixer")
-    if self.block == "plusplus":
-      h = nn.RMSNorm(name="mixer_norm")(x)
-      y, carry = mixer(h, mask, deterministic=deterministic, carry=carry)
+    h = norm(name="mixer_norm")(x)
+    y, carry = mixer(h, mask, deterministic=deterministic, carry=carry)
+    if self.mixer_gate:
       y = nn.gelu(nn.Dense(x.shape[-1], name="mixer_gate")(h)) * y
       y = nn.Dense(x.shape[-1], name="mixer_out")(y)
-      x = x + nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
-      y = GatedMlpBlock(self.mlp_dim, self.dropout_rate, name="mlp")(
-          nn.RMSNorm(name="mlp_norm")(x), deterministic=deterministic)
-      return x + nn.Dropout(self.dropout_rate)(y, deterministic=deterministic), carry
-    if self.block != "prenorm":
-      raise ValueError(f"model.block must be 'prenorm' or 'plusplus', got {self.block!r} "
-                       f"(--config.model.block=plusplus).")
-    y, carry = mixer(nn.LayerNorm()(x), mask, deterministic=deterministic, carry=carry)
     x = x + nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
-    y = MlpBlock(self.mlp_dim, self.dropout_rate)(nn.LayerNorm()(x), deterministic=deterministic)
+    if self.block == "plusplus":
+      mlp = GatedMlpBlock(self.mlp_dim, self.dropout_rate, self.glu, self.mlp_hidden_dropout,
+                          name="mlp")
+    else:
+      mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.mlp_hidden_dropout, name="mlp")
+    y = mlp(norm(name="mlp_norm")(x), deterministic=deterministic)
     return x + nn.Dropout(self.dropout_rate)(y, deterministic=deterministic), carry
 
 
@@ -102,12 +130,15 @@ class Encoder(nn.Module):
     embedding: "token" (a learned vector per id) or "dense" (pixel id v -> v/127.5 - 1 -> Dense),
       the S5/Latte dense variant for pixel tasks.
     pos_encoding: "sinusoidal" or "learned".
-    pooling: "mean" (over real tokens) or "cls" (a learned token prepended).
+    pooling: "mean" (over real tokens), "cls" (a learned token prepended) or "last" (the last
+      real token, as the authors' Latte code pools Retrieval in its first version).
     dtype: compute dtype of the blocks ("float32" or "bfloat16"). Parameters stay float32: the
       blocks read bf16 copies of them, so gradients and optimizer state are float32. Embedding,
       final norm, pooling and the head run in float32.
     remat: recompute each block's activations in the backward pass (memory for compute).
-    block: "prenorm" or "plusplus" (the Latte paper's "++" block; see EncoderBlock).
+    block, glu, mixer_gate, mlp_hidden_dropout: the blocks' kind and options (see EncoderBlock).
+    final_norm: normalise the last block's output before pooling (LayerNorm, or RMSNorm under
+      "plusplus"), as pre-norm transformers do; the authors' Latte code has none.
   """
   vocab_size: int
   max_len: int
@@ -123,6 +154,10 @@ class Encoder(nn.Module):
   dtype: str = "float32"
   remat: bool = False
   block: str = "prenorm"
+  glu: str = "sigmoid"
+  mixer_gate: bool = False
+  mlp_hidden_dropout: bool = True
+  final_norm: bool = True
 
   def _block_class(self):
     """EncoderBlock wrapped for remat and the compute dtype; the mixers need not know either."""
@@ -147,8 +182,8 @@ class Encoder(nn.Module):
       cls = self.param("cls", nn.initializers.normal(0.02), (1, 1, self.dim))
       x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, self.dim)), x], axis=1)
       mask = jnp.concatenate([jnp.ones_like(mask[:, :1]), mask], axis=1)
-    elif self.pooling != "mean":
-      raise ValueError(f"model.pooling must be 'mean' or 'cls', got {self.pooling!r}")
+    elif self.pooling not in ("mean", "last"):
+      raise ValueError(f"model.pooling must be 'mean', 'cls' or 'last', got {self.pooling!r}")
     length = x.shape[1]
     if self.pos_encoding == "sinusoidal":
       x = x + jnp.asarray(sinusoidal_positions(length, self.dim))[None]
@@ -165,25 +200,40 @@ class Encoder(nn.Module):
     # projections have one row per position).
     mixer_max_len = self.max_len + (self.pooling == "cls")
     for i in range(self.num_layers):
-      x, carry = block(self.mixer_factory, self.num_heads, self.mlp_dim,
-                       self.dropout_rate, mixer_max_len, self.block, name=f"block_{i}")(
+      x, carry = block(self.mixer_factory, self.num_heads, self.mlp_dim, self.dropout_rate,
+                       mixer_max_len, block=self.block, glu=self.glu, mixer_gate=self.mixer_gate,
+                       mlp_hidden_dropout=self.mlp_hidden_dropout, name=f"block_{i}")(
                            x, mask, carry, deterministic)
-    x = nn.LayerNorm(name="final_norm")(x.astype(jnp.float32))
+    x = x.astype(jnp.float32)
+    if self.final_norm:
+      x = (nn.RMSNorm if self.block == "plusplus" else nn.LayerNorm)(name="final_norm")(x)
     if self.pooling == "cls":
       return x[:, 0]
+    if self.pooling == "last":
+      # Wherever the pads are, the largest real index is the last real token.
+      last = jnp.max(jnp.where(mask, jnp.arange(mask.shape[1]), 0), axis=1)
+      return jnp.take_along_axis(x, last[:, None, None], axis=1)[:, 0]
     weights = mask.astype(x.dtype)[..., None]
     return jnp.sum(x * weights, axis=1) / jnp.maximum(jnp.sum(weights, axis=1), 1.0)
 
 
+HEADS = ("mlp", "linear")
+
+
 class Classifier(nn.Module):
-  """Encoder + MLP head. Called on a batch dict; returns logits [B,C].
+  """Encoder + classifier head. Called on a batch dict; returns logits [B,C].
 
   A single-sequence batch has inputs/mask [B,T]; a dual one (Retrieval) has inputs1/mask1 and
   inputs2/mask2, encoded by the same weights.
+
+  Attributes:
+    head: "mlp" (Dense(D) -> GELU -> Dense(C)) or "linear" (Dense(C)). The authors' Latte code
+      uses "linear" for one sequence and "mlp" for Retrieval's pair.
   """
   encoder: Encoder
   num_classes: int
   dual: bool = False
+  head: str = "mlp"
 
   @nn.compact
   def __call__(self, batch: Mapping[str, jax.Array], *, deterministic: bool) -> jax.Array:
@@ -193,5 +243,8 @@ class Classifier(nn.Module):
       features = jnp.concatenate([u, v, u * v, u - v], axis=-1)
     else:
       features = self.encoder(batch["inputs"], batch["mask"], deterministic=deterministic)
-    hidden = nn.gelu(nn.Dense(self.encoder.dim, name="head_hidden")(features))
-    return nn.Dense(self.num_classes, name="head_out")(hidden)
+    if self.head == "mlp":
+      features = nn.gelu(nn.Dense(self.encoder.dim, name="head_hidden")(features))
+    elif self.head != "linear":
+      raise ValueError(f"model.head must be one of {HEADS}, got {self.head!r}")
+    return nn.Dense(self.num_classes, name="head_out")(features)

@@ -63,3 +63,29 @@ def test_cli_records_table_plot_and_memory_growth(tmp_path, capsys):
 def test_unknown_mixer_is_an_actionable_error(capsys):
   assert main(["bench", "--mixers", "nope", "--in-process"]) == 2
   assert "Valid mixers" in capsys.readouterr().err
+
+
+def test_epoch_mode_plans_each_batching_mode_and_counts_its_compiles(tmp_path, capsys):
+  # Smoke ListOps (lengths 1-32 in T=32): quantum 16 gives batches of length 16 or 32.
+  out = tmp_path / "epoch.json"
+  code = main(["bench", "--epoch", "listops", "--preset", "smoke", "--data-dir",
+               str(tmp_path / "data"), "--mixers", "softmax", "--quantum", "16", "--steps", "1",
+               "--json", str(out)])
+  assert code == 0
+  (result,) = json.loads(out.read_text())
+  rows = {r["mode"]: r for r in result["modes"]}
+  assert list(rows) == ["fixed", "batch", "bucketing"]
+  assert {r["steps"] for r in rows.values()} == {256 // 16}  # the same epoch length
+  assert rows["fixed"]["compiles"] == 1 and rows["fixed"]["lengths"] == [32]
+  for r in rows.values():
+    assert r["compiles"] == len(r["lengths"]) and set(r["lengths"]) <= {16, 32}
+    assert r["epoch_s"] > 0 and r["estimated"]
+  assert rows["bucketing"]["mean_len"] <= rows["batch"]["mean_len"] <= 32
+  assert rows["bucketing"]["pad_fraction"] < rows["fixed"]["pad_fraction"]
+  # Each mode's epoch is the sum of its batches' per-length step times.
+  step_s = {int(t): s for t, s in result["setup"]["step_s_by_length"].items()}
+  for r in rows.values():
+    assert sum(r["length_counts"].values()) == r["steps"]
+    assert r["epoch_s"] == pytest.approx(sum(step_s[int(t)] * n
+                                             for t, n in r["length_counts"].items()))
+  assert "| bucketing | 16 |" in capsys.readouterr().out

@@ -1,4 +1,5 @@
-"""The encoder's two block kinds: prenorm (default) and the Latte paper's "++" block."""
+"""The encoder's blocks (prenorm, the Latte paper's "++"), its options, pooling and heads against
+naive formulas."""
 import functools
 
 import jax
@@ -6,42 +7,158 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lra.models.encoder import Encoder
+from lra.models.encoder import Classifier, Encoder, EncoderBlock, MlpBlock
 from lra.models.mixers.latte import LatteMixer
 
 D, MLP, T = 8, 16, 12
+MIXER = functools.partial(LatteMixer, num_latents=4)
+LENGTHS = (T, T - 5)
 
 
-def _encoder(block):
+def _encoder(**options):
   return Encoder(vocab_size=11, max_len=T, dim=D, num_layers=1, num_heads=2, mlp_dim=MLP,
-                 dropout_rate=0.0, mixer_factory=functools.partial(LatteMixer, num_latents=4),
-                 block=block)
+                 dropout_rate=0.0, mixer_factory=MIXER, **options)
 
 
-def _init(block):
-  tokens = jnp.ones((2, T), jnp.int32)
-  mask = jnp.arange(T)[None, :] < jnp.array([[T], [T - 5]])
-  return _encoder(block), _encoder(block).init(jax.random.PRNGKey(0), tokens, mask,
-                                               deterministic=True), tokens, mask
+def _inputs():
+  tokens = jax.random.randint(jax.random.PRNGKey(5), (2, T), 1, 11)
+  mask = jnp.arange(T)[None, :] < jnp.array(LENGTHS)[:, None]
+  return tokens, mask
 
 
-def test_plusplus_adds_gate_projection_and_gated_mlp_weights():
-  """++ = prenorm - 2 LayerNorms + 2 RMSNorms + D x D gate and out + one more D x mlp_dim Dense."""
-  count = lambda p: sum(a.size for a in jax.tree.leaves(p))
-  _, pre, _, _ = _init("prenorm")
-  _, plus, _, _ = _init("plusplus")
-  norms = 2 * 2 * D - 2 * D            # LayerNorm has scale and bias, RMSNorm only a scale
-  extra = 2 * (D * D + D) + (D * MLP + MLP)
-  assert count(plus) - count(pre) == extra - norms
-  block = plus["params"]["block_0"]
-  assert {"mixer_norm", "mixer_gate", "mixer_out", "mlp_norm", "mlp"} <= set(block)
+def _count(params):
+  return sum(a.size for a in jax.tree.leaves(params))
 
 
-def test_plusplus_ignores_pads_and_unknown_block_is_an_error():
-  encoder, params, tokens, mask = _init("plusplus")
+def _init(**options):
+  tokens, mask = _inputs()
+  return _encoder(**options).init(jax.random.PRNGKey(0), tokens, mask, deterministic=True)
+
+
+def test_plusplus_weights_follow_the_paper_and_mixer_gate_adds_ours():
+  """++ = prenorm with RMSNorms (D weights, not 2D: three norms with the final one) and a GLU
+  (one more D x mlp_dim Dense); mixer_gate adds a D x D gate and a D x D projection."""
+  pre, plus = _count(_init()), _count(_init(block="plusplus"))
+  assert plus - pre == (D * MLP + MLP) - 3 * D
+  assert _count(_init(block="plusplus", mixer_gate=True)) - plus == 2 * (D * D + D)
+  assert _count(_init(final_norm=False)) == pre - 2 * D
+
+
+def _rms_norm(x, scale):
+  return x / np.sqrt(np.mean(x * x, -1, keepdims=True) + 1e-6) * scale
+
+
+def _layer_norm(x, p):
+  centred = x - x.mean(-1, keepdims=True)
+  return centred / np.sqrt(np.mean(centred ** 2, -1, keepdims=True) + 1e-6) * p["scale"] + p["bias"]
+
+
+def _gelu(x):  # flax's default, the tanh approximation
+  return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+@pytest.mark.parametrize("block, glu, mixer_gate", [
+    ("plusplus", "sigmoid", False), ("plusplus", "gelu", True), ("prenorm", "sigmoid", False)])
+def test_block_matches_its_formula(block, glu, mixer_gate):
+  """++: h = RMSNorm x; x += Mixer(h) [or Dense(GELU(Dense h) * Mixer(h))]; x += GLU(RMSNorm x)
+  with GLU(z) = Dense(act(Dense z) * Dense z). prenorm: LayerNorms and Dense(GELU(Dense z))."""
+  module = EncoderBlock(MIXER, num_heads=2, mlp_dim=MLP, dropout_rate=0.0, max_len=T,
+                        block=block, glu=glu, mixer_gate=mixer_gate)
+  x = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (2, T, D)))
+  _, mask = _inputs()
+  params = module.init(jax.random.PRNGKey(2), x, mask, None, True)["params"]
+  # Norm scales start at 1 and biases at 0; random ones make a missing term visible.
+  rng = np.random.default_rng(6)
+  params = jax.tree_util.tree_map_with_path(
+      lambda path, a: a + 0.3 * rng.normal(size=a.shape).astype(np.float32)
+      if path[-1].key in ("scale", "bias") else a, params)
+  got = np.asarray(module.apply({"params": params}, x, mask, None, True)[0])
+
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+  dense = lambda z, d: z @ d["kernel"] + d["bias"]
+  norm = ((lambda z, n: _rms_norm(z, n["scale"])) if block == "plusplus" else _layer_norm)
+  h = norm(x, p["mixer_norm"])
+  y = np.asarray(MIXER(dim=D, num_heads=2, max_len=T).apply(
+      {"params": params["mixer"]}, jnp.asarray(h, jnp.float32), mask, deterministic=True)[0])
+  if mixer_gate:
+    y = dense(_gelu(dense(h, p["mixer_gate"])) * y, p["mixer_out"])
+  x1 = x + y
+  z = norm(x1, p["mlp_norm"])
+  if block == "plusplus":
+    act = (lambda a: 1 / (1 + np.exp(-a))) if glu == "sigmoid" else _gelu
+    m = p["mlp"]
+    y = dense(act(dense(z, m["gate"])) * dense(z, m["up"]), m["down"])
+  else:
+    y = dense(_gelu(dense(z, p["mlp"]["Dense_0"])), p["mlp"]["Dense_1"])
+  np.testing.assert_allclose(got, x1 + y, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("hidden_dropout", [False, True])
+def test_mlp_hidden_dropout_is_the_only_dropout_inside_the_mlp(hidden_dropout):
+  """Without hidden dropout (the authors' code) a training-mode MLP equals its eval output (the
+  block drops the MLP's output itself); with it, the two differ."""
+  module = MlpBlock(MLP, 0.5, hidden_dropout)
+  x = jax.random.normal(jax.random.PRNGKey(3), (2, T, D))
+  params = module.init(jax.random.PRNGKey(0), x, deterministic=True)
+  train = module.apply(params, x, deterministic=False, rngs={"dropout": jax.random.PRNGKey(4)})
+  same = np.allclose(np.asarray(train), np.asarray(module.apply(params, x, deterministic=True)))
+  assert same != hidden_dropout
+
+
+def _token_outputs(encoder, params, tokens, mask):
+  """Pooled features [B,D] and the per-token features [B,T,D] they were pooled from."""
+  pooled, state = encoder.apply(params, tokens, mask, deterministic=True,
+                                capture_intermediates=True)
+  return np.asarray(pooled), np.asarray(state["intermediates"]["final_norm"]["__call__"][0])
+
+
+def test_last_token_pooling_and_final_norm():
+  """pooling="last" returns the last real token's features; without the final norm they are the
+  last block's output, which the final LayerNorm (scale 1, bias 0 at init) maps to the former."""
+  tokens, mask = _inputs()
+  encoder = _encoder(pooling="last")
+  params = encoder.init(jax.random.PRNGKey(0), tokens, mask, deterministic=True)
+  pooled, per_token = _token_outputs(encoder, params, tokens, mask)
+  np.testing.assert_allclose(pooled, per_token[[0, 1], [n - 1 for n in LENGTHS]], rtol=1e-6)
+  bare = {"params": {k: v for k, v in params["params"].items() if k != "final_norm"}}
+  unnormed = np.asarray(_encoder(pooling="last", final_norm=False).apply(
+      bare, tokens, mask, deterministic=True))
+  identity = {"scale": np.ones(D), "bias": np.zeros(D)}
+  np.testing.assert_allclose(_layer_norm(unnormed.astype(np.float64), identity), pooled,
+                             rtol=1e-4, atol=1e-4)
+  assert not np.allclose(unnormed, pooled, atol=1e-2)
+
+
+@pytest.mark.parametrize("head", ["mlp", "linear"])
+def test_classifier_heads(head):
+  """mlp: Dense(C)(GELU(Dense(D) f)); linear: Dense(C) f, with f the encoder's pooled features."""
+  tokens, mask = _inputs()
+  model = Classifier(encoder=_encoder(), num_classes=3, head=head)
+  batch = {"inputs": tokens, "mask": mask}
+  params = model.init(jax.random.PRNGKey(0), batch, deterministic=True)
+  logits, state = model.apply(params, batch, deterministic=True, capture_intermediates=True)
+  features = np.asarray(state["intermediates"]["encoder"]["__call__"][0], np.float64)
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params["params"])
+  dense = lambda z, d: z @ d["kernel"] + d["bias"]
+  assert ("head_hidden" in p) == (head == "mlp")
+  if head == "mlp":
+    features = _gelu(dense(features, p["head_hidden"]))
+  np.testing.assert_allclose(np.asarray(logits), dense(features, p["head_out"]), rtol=1e-4,
+                             atol=1e-5)
+
+
+def test_plusplus_ignores_pads_and_unknown_options_are_errors():
+  tokens, mask = _inputs()
+  encoder = _encoder(block="plusplus", pooling="last")
+  params = encoder.init(jax.random.PRNGKey(0), tokens, mask, deterministic=True)
   run = jax.jit(lambda t: encoder.apply(params, t, mask, deterministic=True))
   noisy = jnp.where(mask, tokens, 7)
   np.testing.assert_allclose(np.asarray(run(noisy)), np.asarray(run(tokens)), rtol=1e-5,
                              atol=1e-5)
-  with pytest.raises(ValueError, match="plusplus"):
-    _init("postnorm")
+  for options, match in [({"block": "postnorm"}, "plusplus"), ({"pooling": "first"}, "last"),
+                         ({"block": "plusplus", "glu": "relu"}, "sigmoid")]:
+    with pytest.raises(ValueError, match=match):
+      _init(**options)
+  with pytest.raises(ValueError, match="linear"):
+    Classifier(encoder=_encoder(), num_classes=3, head="deep").init(
+        jax.random.PRNGKey(0), {"inputs": tokens, "mask": mask}, deterministic=True)

@@ -16,12 +16,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_run(results_dir, task, mixer, preset, seed, test, *, status="complete", val=None,
-              run=None, config=None, chance=0.1, majority=0.2, curve=((10, 0.5), (20, 0.6))):
-  """A run directory as lra.train writes it (accuracies as fractions)."""
+              best=None, last=None, run=None, config=None, chance=0.1, majority=0.2,
+              curve=((10, 0.5), (20, 0.6))):
+  """A run directory as lra.train writes it (accuracies as fractions; `test` at the best val
+  step, `best` the best test, `last` the last step's test, both defaulting to `test`)."""
   run_dir = results_dir / "runs" / task / mixer / (run or f"{preset}_seed{seed}")
   run_dir.mkdir(parents=True)
   cfg = config or {"task": task, "preset": preset, "model": {"mixer": mixer, "dim": 8},
-                   "train": {"seed": seed, "num_steps": 20}}
+                   "mixers": {mixer: {"num_latents": 40}}, "train": {"seed": seed,
+                                                                    "num_steps": 20}}
   cfg = json.loads(json.dumps(cfg))
   cfg["train"]["seed"] = seed
   (run_dir / "config.json").write_text(json.dumps(cfg))
@@ -29,10 +32,11 @@ def write_run(results_dir, task, mixer, preset, seed, test, *, status="complete"
   for step, loss in curve:
     lines.append(json.dumps({"step": step, "train/loss": loss, "train/accuracy": 1 - loss}))
     lines.append(json.dumps({"step": step, "val/accuracy": 1 - loss / 2}))
-  (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n{\"step\": 3")  # torn last line
+  (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
   final = {"status": status, "task": task, "mixer": mixer, "preset": preset, "seed": seed,
            "step": 20, "num_steps": 20, "best_step": 20, "val_accuracy": val or test,
-           "test_accuracy": test, "test_accuracy_last": test, "chance_accuracy": chance,
+           "test_accuracy": test, "best_test_accuracy": test if best is None else best,
+           "test_accuracy_last": test if last is None else last, "chance_accuracy": chance,
            "majority_accuracy": majority, "majority_class": 0, "num_params": 123,
            "steps_per_s": 10.0 + seed, "wall_time_s": 2.0, "seq_len": 64, "device": "cpu:cpu",
            "num_devices": 1, "git_sha": "abc"}
@@ -53,28 +57,39 @@ def grid(tmp_path):
   for task, values in accs.items():
     chance = 0.1 if task in ("listops", "image") else 0.5
     for seed, acc in enumerate(values):
-      write_run(res, task, "latte", "paper", seed, acc, chance=chance, majority=chance)
+      write_run(res, task, "latte", "paper", seed, acc, best=acc + 0.02, last=acc - 0.01,
+                chance=chance, majority=chance)
   write_run(res, "listops", "softmax", "demo", 0, 0.55)
   write_run(res, "listops", "softmax", "demo", 1, 0.205)  # at majority + 0.5 point
   write_run(res, "listops", "softmax", "paper", 0, 0.9, status="diverged")
   write_run(res, "listops", "softmax", "paper", 1, 0.9, status="running")
   write_run(res, "synthetic", "softmax", "smoke", 0, 0.33, chance=0.5)
+  # A Latte run with L = D is compared with the paper's L=D row; softmax with the LRA code's.
+  write_run(res, "listops", "latte", "paper", 0, 0.41, best=0.43,
+            run="paper+mixers.latte.num_latents=8_seed0",
+            config={"task": "listops", "preset": "paper", "model": {"mixer": "latte", "dim": 8},
+                    "mixers": {"latte": {"num_latents": 8}}, "train": {"num_steps": 20}})
+  write_run(res, "listops", "softmax", "lra", 0, 0.33, best=0.36, last=0.35)
   return res, accs
 
 
 def test_load_runs_and_curves(grid):
   res, _ = grid
   runs = results.load_runs(res)
-  assert len(runs) == 20
+  assert len(runs) == 22
   assert set(results.load_runs(res, status="complete")["run"]) >= {"paper_seed0", "demo_seed1"}
-  assert len(results.load_runs(res, status="complete")) == 18
+  assert len(results.load_runs(res, status="complete")) == 20
   run = runs[(runs.task == "text") & (runs.seed == 2)].iloc[0]
   assert run.run_dir == "results/runs/text/latte/paper_seed2" and run.variant == "paper"
-  curves = results.load_curves(res.parent / run.run_dir)
+  with open(res.parent / run.run_dir / "metrics.jsonl", "a") as f:
+    f.write('{"step": 3')  # a last line cut short by a kill
+  with pytest.warns(results.RunFileWarning, match="text/latte/paper_seed2/metrics.jsonl: line 5"):
+    curves = results.load_curves(res.parent / run.run_dir)
   assert list(curves["step"]) == [10, 20]  # train and val lines of a step merged, torn line gone
   assert curves.loc[1, "train/loss"] == 0.6 and curves.loc[1, "val/accuracy"] == 0.7
-  every = results.load_all_curves(runs, res)
-  assert len(every) == 40 and set(every["mixer"]) == {"latte", "softmax"}
+  with pytest.warns(results.RunFileWarning):  # the same cut-short line, once per reader
+    every = results.load_all_curves(runs, res)
+  assert len(every) == 44 and set(every["mixer"]) == {"latte", "softmax"}
 
 
 def test_find_results_dir(grid, tmp_path):
@@ -109,18 +124,32 @@ def test_table_rows_against_hand_computation(grid):
   latte_ref = published["Latte Bid. L=40"]
   rows = read_csv(res / "tables" / "lra.csv")
   ours = [r for r in rows if r["source"] == "ours"]
-  assert [(r["mixer"], r["preset"]) for r in ours] == [("latte", "paper"), ("softmax", "demo")]
-  latte = ours[0]
+  assert [(r["mixer"], r["preset"]) for r in ours] == [
+      ("softmax", "lra"), ("latte", "paper"),
+      ("latte", "paper (paper+mixers.latte.num_latents=8)"), ("softmax", "demo")]
+  softmax, latte, latte_d, demo = ours
   means = {t: 100 * statistics.fmean(v) for t, v in accs.items()}
   for task, mean in means.items():
+    # Three statistics side by side; the Δ is on the one the Latte paper reports (best test).
     assert float(latte[task]) == pytest.approx(mean, abs=1e-4)
+    assert float(latte[f"{task}_best"]) == pytest.approx(mean + 2, abs=1e-4)
+    assert float(latte[f"{task}_last"]) == pytest.approx(mean - 1, abs=1e-4)
     assert float(latte[f"{task}_std"]) == pytest.approx(
         100 * statistics.stdev(accs[task]), abs=1e-4)
-    assert float(latte[f"{task}_delta"]) == pytest.approx(mean - float(latte_ref[task]), abs=1e-4)
+    assert latte[f"{task}_published_statistic"] == "best_test"
+    assert float(latte[f"{task}_delta"]) == pytest.approx(mean + 2 - float(latte_ref[task]),
+                                                          abs=1e-4)
     assert latte[f"{task}_n"] == "3"
-  assert float(latte["avg"]) == pytest.approx(statistics.fmean(means.values()), abs=1e-4)
+  assert float(latte["avg_best"]) == pytest.approx(statistics.fmean(means.values()) + 2, abs=1e-4)
   assert latte["pathx"] == "" and latte["published_model"] == "Latte Bid. L=40"
-  demo = ours[1]
+  # L = D is matched with the paper's L=D row, on the same statistic.
+  assert latte_d["published_model"] == "Latte Bid. L=D"
+  assert float(latte_d["listops_delta"]) == pytest.approx(
+      43 - float(published["Latte Bid. L=D"]["listops"]), abs=1e-4)
+  # Softmax is compared on the LRA code's statistic, the last step's test accuracy.
+  assert softmax["listops_published_statistic"] == "last"
+  assert float(softmax["listops_delta"]) == pytest.approx(
+      35 - float(published["Bid. Attention (Transformer)"]["listops"]), abs=1e-4)
   assert float(demo["listops"]) == pytest.approx(100 * (0.55 + 0.205) / 2, abs=1e-4)
   assert demo["listops_delta"] == "" and demo["avg"] == ""  # no paper comparison for demo
   assert len([r for r in rows if r["source"] == "published"]) == len(published)
@@ -128,14 +157,21 @@ def test_table_rows_against_hand_computation(grid):
       statistics.fmean(float(published["Mega"][t]) for t in tables.AVG_TASKS), abs=1e-4)
 
   listops = read_csv(res / "tables" / "listops.csv")
-  demo_row = next(r for r in listops if r["source"] == "ours" and r["mixer"] == "softmax")
+  demo_row = next(r for r in listops if r["source"] == "ours" and r["preset"] == "demo")
   assert demo_row["runs"] == "demo_seed0;demo_seed1" and demo_row["at_chance"] == "false"
   assert {r["runs"] for r in listops if r["source"] == "ours"} == {
-      "paper_seed0;paper_seed1;paper_seed2", "demo_seed0;demo_seed1"}  # diverged/running left out
+      "paper_seed0;paper_seed1;paper_seed2", "demo_seed0;demo_seed1", "lra_seed0",
+      "paper+mixers.latte.num_latents=8_seed0"}  # diverged/running left out
   lra_md = (res / "tables" / "lra.md").read_text()
   assert "Generated by `lra table`" in lra_md and "(running)" in lra_md
   protocol, small = lra_md.split("## Ours: small presets")
-  assert "| latte | paper |" in protocol and "softmax" not in protocol.split("## Published")[0]
+  best_table, rest = protocol.split("### Test accuracy after the last step")
+  last_table, val_table = rest.split("### Test accuracy at the best validation step")
+  val_table = val_table.split("## Ours: the LRA tasks on a CPU")[0]
+  # Each Δ sits in the table of its statistic only.
+  assert f"Δ{means['text'] + 2 - float(latte_ref['text']):+.2f}" in best_table
+  assert "Δ" not in val_table
+  assert "| softmax | lra |" in last_table and "Δ-1.37" in last_table
   assert "| softmax | demo |" in small.split("## Published")[0]
   assert (res / "tables" / "synthetic.csv").exists()
   synthetic = read_csv(res / "tables" / "synthetic.csv")
@@ -162,15 +198,43 @@ def test_check_detects_stale_tables_and_readme(grid, tmp_path, capsys):
 
 def test_malformed_inputs_name_the_file(tmp_path):
   bad = tmp_path / "published.csv"
-  bad.write_text("model,mixer,listops,text,retrieval,image,pathfinder,pathx,source\n"
-                 "X,x,12,abc,1,1,1,,paper\n")
+  bad.write_text("model,mixer,settings,statistic,listops,text,retrieval,image,pathfinder,pathx,"
+                 "source\nX,x,,last,12,abc,1,1,1,,paper\n")
   with pytest.raises(ValueError, match=r"published.csv:2: text is 'abc'"):
     tables.load_published(bad)
-  res = tmp_path / "results"
-  run = write_run(res, "listops", "latte", "paper", 0, 0.4)
-  (run / "final.json").write_text("{")
-  with pytest.raises(ValueError, match="final.json"):
-    results.load_runs(res)
+
+
+def test_damaged_run_files_are_named_skipped_and_fail_the_check(grid, tmp_path, capsys):
+  """A truncated final.json, a corrupted metrics.jsonl and a config.json that is not an object:
+  readers name each file and skip it; `lra table` warns and goes on; `--check` fails."""
+  res, _ = grid
+  assert main(["table", "--results-dir", str(res)]) == 0
+  runs = res / "runs"
+  final = runs / "listops/latte/paper_seed0/final.json"
+  final.write_text(final.read_text()[:40])  # truncated
+  metrics = runs / "text/latte/paper_seed1/metrics.jsonl"
+  lines = metrics.read_text().splitlines()
+  metrics.write_text("\n".join([lines[0], "\x00\x00garbage", *lines[1:]]) + "\n")  # corrupted
+  config = runs / "image/latte/paper_seed2/config.json"
+  config.write_text("[1, 2]")
+
+  with pytest.warns(results.RunFileWarning) as caught:
+    runs_frame = results.load_runs(res)
+  messages = [str(w.message) for w in caught]
+  assert any(str(final) in m and "not valid JSON" in m for m in messages)
+  assert any(str(config) in m and "JSON object" in m for m in messages)
+  assert len(runs_frame) == 20  # the two runs above are skipped, the others read
+  with pytest.warns(results.RunFileWarning, match=r"paper_seed1/metrics.jsonl: line 2"):
+    assert results.load_curves(metrics.parent).empty
+
+  capsys.readouterr()
+  assert main(["table", "--results-dir", str(res)]) == 0
+  err = capsys.readouterr().err
+  assert err.count("lra table: warning:") == 2 and str(final) in err and "Traceback" not in err
+  assert main(["table", "--results-dir", str(res), "--check"]) == 1
+  err = capsys.readouterr().err
+  for path in (final, metrics, config):
+    assert f"lra table --check: {path}" in err
 
 
 def test_committed_tables_are_current():
@@ -182,16 +246,13 @@ def test_committed_runs_match_todays_configs():
   """Each committed run is what its folder's command resolves to today, so rerunning that
   command in a fresh clone skips or resumes it instead of failing on a stale config."""
   from lra import run_identity
-  from lra.config_loading import resolve_config
+  from lra.config_loading import preset_reference
   stale = []
   for config_path in sorted((ROOT / "results" / "runs").glob("*/*/*/config.json")):
     config = json.loads(config_path.read_text())
-    reference = resolve_config(config["task"], config["model"]["mixer"], config["preset"])
-    diff = run_identity.config_diff(config, reference.to_dict())
-    name = run_identity.run_name(config, reference.to_dict())
-    if diff["missing"] or diff["unknown"] or name != config_path.parent.name:
-      stale.append(f"{config_path.parent.relative_to(ROOT)}: expected folder {name}, "
-                   f"keys missing {diff['missing']}, unknown {diff['unknown']}")
+    name = run_identity.run_name(config, preset_reference(config))
+    if name != config_path.parent.name:
+      stale.append(f"{config_path.parent.relative_to(ROOT)}: today it is {name}")
   assert not stale, "rerun these runs with today's code:\n" + "\n".join(stale)
 
 
@@ -207,8 +268,8 @@ def test_run_names_say_what_differs_from_the_preset():
   # Another mixer's settings are not part of a latte run's identity.
   other = resolve_config("listops", "latte", "demo", ["mixers.luna.packed_len=3"])
   assert default_run_dir(other, Path("r")).name == "demo_seed0"
-  assert (run_identity.config_fingerprint(other.to_dict()) ==
-          run_identity.config_fingerprint(plain.to_dict()))
+  assert (run_identity.config_fingerprint(other.to_dict(), plain.to_dict()) ==
+          run_identity.config_fingerprint(plain.to_dict(), plain.to_dict()))
   many = resolve_config("listops", "latte", "demo", [f"model.{k}=3" for k in (
       "num_layers", "dim", "num_heads", "mlp_dim")] + ["train.learning_rate=0.5"])
   name = default_run_dir(many, Path("r")).name

@@ -62,20 +62,22 @@ def _rows(run_dir):
 SCORES = ("status", "step", "best_step", "val_accuracy", "test_accuracy", "test_accuracy_last")
 
 
-@pytest.mark.slow  # three CLI subprocesses, each compiling: minutes on a shared 2-core machine
+@pytest.mark.slow  # four CLI subprocesses, each compiling: minutes on a shared 2-core machine
 def test_one_and_four_devices_give_the_same_losses(data_dir, tmp_path):
   # eval.batch_size 24 on 64 examples: the last batch has 8 weight-0 rows, 2 per device.
   common = ["--data-dir", str(data_dir), "--config.train.num_steps=8",
             "--config.train.log_every_steps=1", "--config.eval.every_steps=4",
             "--config.eval.batch_size=24"]
+  # Per-batch padding (dropout is 0 in smoke) changes shapes only: the same losses on 4 devices.
   runs = {"1dev": (1, []), "4dev": (4, []),
-          "4dev_accum2": (4, ["--config.train.grad_accum_steps=2"])}
+          "4dev_accum2": (4, ["--config.train.grad_accum_steps=2"]),
+          "4dev_per_batch": (4, ["--config.data.padding=batch", "--config.data.pad_quantum=8"])}
   for name, (devices, extra) in runs.items():
     code, _, err = _finish(_lra([*common, *extra, "--run-dir", str(tmp_path / name)], devices))
     assert code == 0, err
   reference = _rows(tmp_path / "1dev")
   assert len([r for r in reference if "train/loss" in r]) == 8
-  for name in ("4dev", "4dev_accum2"):
+  for name in ("4dev", "4dev_accum2", "4dev_per_batch"):
     final = json.loads((tmp_path / name / "final.json").read_text())
     assert final["num_devices"] == 4
     rows = _rows(tmp_path / name)
@@ -100,10 +102,16 @@ def _wait_for_checkpoint(run_dir, proc, after=0, timeout=600):
   raise TimeoutError(run_dir)
 
 
+# Length buckets (smoke lengths 1-32 in quanta of 8: four batch shapes) must resume as exactly.
+BATCHING = {"fixed": [], "bucketing": ["data.padding=batch", "data.pad_quantum=8",
+                                       "data.bucketing=True"]}
+
+
 @pytest.mark.slow  # three CLI subprocesses and a reference run
-def test_sigkill_and_sigint_then_resume_give_identical_scores(data_dir, tmp_path):
+@pytest.mark.parametrize("batching", sorted(BATCHING))
+def test_sigkill_and_sigint_then_resume_give_identical_scores(data_dir, tmp_path, batching):
   overrides = ["train.num_steps=400", "checkpoint.every_steps=20", "train.log_every_steps=7",
-               "eval.every_steps=50"]
+               "eval.every_steps=50", *BATCHING[batching]]
   args = ["--data-dir", str(data_dir), *(f"--config.{o}" for o in overrides)]
   faulty = tmp_path / "faulty"
 
@@ -134,6 +142,7 @@ def test_sigkill_and_sigint_then_resume_give_identical_scores(data_dir, tmp_path
   resumed = json.loads((faulty / "final.json").read_text())
   assert {k: resumed[k] for k in SCORES} == {k: reference[k] for k in SCORES}
   assert resumed["status"] == "complete"
+  assert resumed["batching"]["bucketing"] == (batching == "bucketing")
   assert _rows(faulty) == _rows(clean)  # every loss, accuracy and eval line, bit for bit
   assert (faulty / "checkpoints" / "best" / str(reference["best_step"])).is_dir()
   assert not list(faulty.glob("*.tmp"))

@@ -9,7 +9,7 @@ from PIL import Image
 from lra.tasks import TASKS
 from lra.tasks.sources import pathfinder, pathx
 from lra.tasks.contract.batches import make_batch
-from lra.tasks.contract.cache import PreparedData, finalize
+from lra.tasks.contract.cache import PreparedData
 from lra.tasks.contract.row_writer import RowWriter
 
 
@@ -187,18 +187,18 @@ def test_idempotent_and_image_change_detected(tmp_path, capsys):
 
 def test_row_writer_shrinks_to_what_was_written(tmp_path):
   rows = np.arange(7 * 5, dtype=np.uint16).reshape(7, 5)
-  writer = RowWriter(tmp_path, "train", "inputs", capacity=10, width=5, dtype=np.uint16)
+  writer = RowWriter(tmp_path / "train.npy", capacity=10, width=5, dtype=np.uint16)
   writer.append(rows[:3])
   writer.append(rows[3:3])
   writer.append(rows[3:])
   assert writer.close() == 7
-  empty = RowWriter(tmp_path, "val", "inputs", capacity=4, width=5, dtype=np.uint16)
+  empty = RowWriter(tmp_path / "val.npy", capacity=4, width=5, dtype=np.uint16)
   assert empty.close() == 0
-  finalize(tmp_path, {})
-  np.testing.assert_array_equal(np.load(tmp_path / "train.inputs.npy"), rows)
-  assert np.load(tmp_path / "val.inputs.npy").shape == (0, 5)
+  np.testing.assert_array_equal(np.load(tmp_path / "train.npy"), rows)
+  assert np.load(tmp_path / "val.npy").shape == (0, 5)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["train.npy", "val.npy"]
   with pytest.raises(ValueError, match="more than the 1 rows"):
-    RowWriter(tmp_path, "test", "inputs", capacity=1, width=5, dtype=np.uint16).append(rows[:2])
+    RowWriter(tmp_path / "test.npy", capacity=1, width=5, dtype=np.uint16).append(rows[:2])
 
 
 def _smoke(tmp_path, task, side, capsys):

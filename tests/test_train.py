@@ -60,7 +60,7 @@ def test_rerunning_a_complete_run_does_not_train_again(smoke_run):
                   run_dir=root / "run", progress=False,
                   overrides=["train.num_steps=4", "eval.every_steps=2", "train.log_every_steps=1"])
   assert again == json.loads(json.dumps(result))
-  with pytest.raises(FileExistsError, match="different config"):
+  with pytest.raises(FileExistsError, match="another run"):
     run.run("listops", "softmax", preset="smoke", data_dir=root / "data", run_dir=root / "run",
             progress=False, overrides=["train.num_steps=5"])
   # Another seed in the same folder is another run too (run names carry the seed; --run-dir not).
@@ -113,3 +113,77 @@ def test_generated_data_has_a_cache_per_recipe(tmp_path):
   assert data_cache_dir(demo, tmp_path).name.startswith("listops_demo-")
   # Prepared (not generated) data keeps its plain folder: `lra data prepare` writes there.
   assert data_cache_dir(load_config("listops", "paper"), tmp_path) == tmp_path / "listops"
+
+
+def test_a_new_config_key_leaves_an_old_run_resumable(tmp_path, monkeypatch):
+  """Run identity is the departure from the preset: a key added later (with a default) neither
+  orphans a run folder nor renames it."""
+  from lra.configs import common
+  overrides = ["train.num_steps=4", "eval.every_steps=2", "train.log_every_steps=1",
+               "checkpoint.every_steps=2"]
+  kwargs = dict(preset="smoke", data_dir=tmp_path / "data", results_dir=tmp_path / "results",
+                progress=False, overrides=overrides)
+  first = run.run("listops", "softmax", **kwargs)
+  run_dir = tmp_path / "results" / "runs" / "listops" / "softmax"
+  (run_dir,) = run_dir.iterdir()
+  # Make it a run stopped at step 2, as a kill after the step-2 checkpoint would leave it.
+  import shutil
+  shutil.rmtree(run_dir / "checkpoints" / "4")
+  (run_dir / "final.json").write_text(json.dumps({**first, "status": "running"}))
+  kept = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] <= 2]
+  base_config = common.base_config
+
+  def with_a_new_key(*args, **kw):
+    config = base_config(*args, **kw)
+    config.train.new_setting = 0.0  # a setting added after the run was made
+    return config
+  monkeypatch.setattr(common, "base_config", with_a_new_key)
+  again = run.run("listops", "softmax", **kwargs)
+  assert sorted(p.name for p in run_dir.parent.iterdir()) == [run_dir.name]
+  assert again["status"] == "complete" and again["step"] == 4
+  for key in ("best_step", "val_accuracy", "test_accuracy", "best_test_accuracy",
+              "test_accuracy_last"):
+    assert again[key] == first[key], key
+  assert json.loads((run_dir / "config.json").read_text())["train"]["new_setting"] == 0.0
+  rows = read_metrics(run_dir / "metrics.jsonl")
+  # Resumed, not restarted: the lines up to step 2 (timings included) are the first run's.
+  assert [r for r in rows if r["step"] <= 2] == kept
+  assert [r["step"] for r in rows if "train/loss" in r] == [1, 2, 3, 4]
+
+
+def test_eval_reproduces_both_reported_scores(smoke_run, capsys):
+  """`lra eval` on the best checkpoint gives final.json's test accuracy at the best val step;
+  on the last checkpoint, the last step's."""
+  from lra.cli import main
+  root, result = smoke_run
+  run_dir = root / "run"
+  for checkpoint, key in (("best", "test_accuracy"), ("last", "test_accuracy_last")):
+    assert main(["eval", str(run_dir), "--checkpoint", checkpoint, "--split", "test",
+                 "--data-dir", str(root / "data")]) == 0
+    record = read_metrics(run_dir / "evals.jsonl")[-1]
+    assert record["checkpoint"] == checkpoint and record["split"] == "test"
+    assert record["test/accuracy"] == pytest.approx(result[key], abs=1e-6)
+    assert f"{100 * result[key]:.2f}%" in capsys.readouterr().out
+  assert main(["eval", str(root), "--data-dir", str(root / "data")]) == 2
+  assert "not a run directory" in capsys.readouterr().err
+
+
+def test_diff_names_what_differs(smoke_run, tmp_path, capsys):
+  import shutil
+  from lra.cli import main
+  root, _ = smoke_run
+  a, b = root / "run", tmp_path / "other"
+  shutil.copytree(a, b, ignore=shutil.ignore_patterns("checkpoints"))
+  config = json.loads((b / "config.json").read_text())
+  config["train"]["learning_rate"] = 0.5
+  (b / "config.json").write_text(json.dumps(config))
+  final = json.loads((b / "final.json").read_text())
+  final["git_sha"], final["versions"]["jax"] = "0" * 40, "0.0.1"
+  (b / "final.json").write_text(json.dumps(final))
+  assert main(["diff", str(a), str(b)]) == 0
+  out = capsys.readouterr().out
+  assert "config train.learning_rate" in out and "B: 0.5" in out
+  assert "code git_sha" in out and "versions versions.jax" in out
+  assert "scores" not in out and "device" not in out
+  assert main(["diff", str(a), str(a)]) == 0
+  assert "no differences" in capsys.readouterr().out

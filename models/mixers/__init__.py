@@ -2,8 +2,23 @@
 
 Every mixer is built as `cls(dim=, num_heads=, max_len=, **config.mixers.<name>)`
 and called as `mixer(x[B,T,D], mask[B,T], deterministic=..., carry=...) -> (y[B,T,D], carry)`.
+
+A mixer from outside the suite is named the same way wherever a MIXER is asked for:
+`path/to/file.py:ClassName`, `module.path:ClassName`, or the name an installed package gives it in
+the `lra.mixers` entry-point group (`[options.entry_points] lra.mixers = gated = pkg.mod:Gated`).
 """
 from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import os
+import sys
+from pathlib import Path
+from typing import Any
 
 import flax.linen as nn
 
@@ -21,16 +36,135 @@ MIXERS: dict[str, type[nn.Module]] = {
     "linformer": linformer.LinformerMixer,
     "luna": luna.LunaMixer,
 }
+ENTRY_POINT_GROUP = "lra.mixers"
+# Fields the encoder sets; every other field with a plain default is a config setting.
+CONTRACT_FIELDS = ("dim", "num_heads", "max_len")
+_FORMS = ("path/to/file.py:ClassName, module.path:ClassName or the name of an installed "
+          f"'{ENTRY_POINT_GROUP}' entry point")
 
 
-def get_mixer(name: str) -> type[nn.Module]:
-  """The registered mixer class, or an error listing the valid names."""
-  try:
-    return MIXERS[name]
-  except KeyError:
-    raise KeyError(f"Unknown mixer '{name}'. Valid mixers: {', '.join(sorted(MIXERS))}") from None
+@dataclasses.dataclass(frozen=True)
+class FoundMixer:
+  """What a MIXER argument names.
+
+  Attributes:
+    key: its config block `config.mixers.<key>` and `config.model.mixer`: the registered or
+      entry-point name, or the class name of an import path.
+    cls: the Linen module class.
+    source: None for the suite's own mixers; otherwise what a run records so its results say what
+      ran: `spec` (the argument, which finds it again), `sha256` (of the file defining the class)
+      and, for entry points, `import` and `distribution`.
+  """
+  key: str
+  cls: type[nn.Module]
+  source: dict[str, str] | None = None
+
+
+def entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+  """Installed mixers by entry-point name (the suite's own names win over these)."""
+  return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+          if ep.name not in MIXERS}
+
+
+def find_mixer(spec: str) -> FoundMixer:
+  """The mixer a MIXER argument names (see the module docstring), checked against the contract."""
+  if spec in MIXERS:
+    return FoundMixer(spec, MIXERS[spec])
+  installed = entry_points()
+  if spec in installed:
+    ep = installed[spec]
+    cls = _check_contract(ep.load(), f"entry point '{ep.name} = {ep.value}'")
+    dist = f"{ep.dist.name}=={ep.dist.version}" if ep.dist else ""
+    return FoundMixer(spec, cls, {"spec": spec, "import": ep.value, "distribution": dist,
+                                  "sha256": _sha256(inspect.getsourcefile(cls))})
+  where, sep, name = spec.rpartition(":")
+  if not sep or not where or not name.isidentifier():
+    valid = ", ".join([*MIXERS, *installed])
+    raise KeyError(f"Unknown mixer '{spec}'. Valid mixers: {valid}; or your own as {_FORMS}.")
+  if where.endswith(".py") or "/" in where or os.sep in where:
+    path = Path(os.path.normpath(where))
+    spec = f"{path.as_posix()}:{name}"
+    module = _import_file(path.expanduser(), spec)
+  else:
+    try:
+      module = importlib.import_module(where)
+    except ModuleNotFoundError as e:
+      if not (e.name and (where + ".").startswith(e.name + ".")):
+        raise  # the module exists; something it imports does not
+      raise KeyError(f"Mixer '{spec}': no module {where} on the Python path ({e}). For a file, "
+                     "pass path/to/file.py:ClassName.") from None
+  if not isinstance(getattr(module, name, None), type):
+    found = [k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)
+             and v.__module__ == module.__name__]
+    raise KeyError(f"Mixer '{spec}': {where} has no class {name}. Module classes there: "
+                   f"{', '.join(found) or 'none'}.")
+  cls = _check_contract(getattr(module, name), spec)
+  if name in MIXERS:
+    raise ValueError(f"Mixer '{spec}': its class name is a registered mixer's name, which names "
+                     "its config block; rename the class.")
+  return FoundMixer(name, cls, {"spec": spec, "sha256": _sha256(inspect.getsourcefile(cls))})
+
+
+def get_mixer(spec: str) -> type[nn.Module]:
+  """The class a MIXER argument names, or an error listing the valid names."""
+  return find_mixer(spec).cls
+
+
+def default_settings(cls: type[nn.Module]) -> dict[str, Any]:
+  """A mixer's config block: its fields beyond dim, num_heads, max_len, at their defaults.
+
+  Fields whose default is not a plain value (bool, int, float, str, None), such as initialisers,
+  stay out of the block: they keep their default and are not set from the command line.
+  """
+  settings = {}
+  for field in dataclasses.fields(cls):
+    if field.name in (*CONTRACT_FIELDS, "parent", "name") or not field.init:
+      continue
+    if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+      raise ValueError(f"{cls.__name__}.{field.name} has no default; give it one (it is "
+                       f"set as --config.mixers.{cls.__name__}.{field.name}=...).")
+    if field.default is None or isinstance(field.default, (bool, int, float, str)):
+      settings[field.name] = field.default
+  return settings
 
 
 def describe(name: str) -> str:
   """One line for `lra list`: the first line of the class docstring."""
-  return (get_mixer(name).__doc__ or "").strip().splitlines()[0]
+  return ((get_mixer(name).__doc__ or "").strip().splitlines() or [""])[0]
+
+
+def _check_contract(cls: Any, what: str) -> type[nn.Module]:
+  fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+  if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not set(
+      CONTRACT_FIELDS) <= fields:
+    raise ValueError(f"Mixer {what} is not a mixer: expected a flax.linen.Module with fields "
+                     f"{', '.join(CONTRACT_FIELDS)} (found {getattr(cls, '__name__', cls)!r} with "
+                     f"fields {sorted(fields - {'parent', 'name'})}).")
+  return cls
+
+
+_FILE_MODULES: dict[tuple[Path, str], Any] = {}
+
+
+def _import_file(path: Path, spec: str):
+  """The module in `path`, imported once per content (an edited file is imported again)."""
+  if not path.is_file():
+    raise FileNotFoundError(f"Mixer '{spec}': no file {path}; expected path/to/file.py:ClassName.")
+  digest = _sha256(path)
+  key = (path.resolve(), digest)
+  if key not in _FILE_MODULES:
+    name = f"lra_user_mixer_{path.stem}_{digest[:8]}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # dataclasses (so Flax modules) look their module up while built
+    try:
+      module_spec.loader.exec_module(module)
+    except BaseException:
+      del sys.modules[name]
+      raise
+    _FILE_MODULES[key] = module
+  return _FILE_MODULES[key]
+
+
+def _sha256(path: str | os.PathLike | None) -> str:
+  return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else ""

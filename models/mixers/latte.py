@@ -27,7 +27,9 @@ def latte_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -
   # The max is only a stabiliser (softmax is shift-invariant), so no gradient flows through it.
   k_max = jnp.max(jnp.where(real, k, -jnp.inf), axis=1, keepdims=True)
   k_max = jax.lax.stop_gradient(jnp.where(jnp.isfinite(k_max), k_max, 0.0))
-  k_exp = jnp.where(real, jnp.exp(k - k_max), 0.0)                    # [B,T,H,L]
+  # Mask before exp, not after: a pad logit over ~88 above the real max overflows exp, and the
+  # discarded inf would still turn the gradient into 0 * inf = NaN.
+  k_exp = jnp.exp(jnp.where(real, k - k_max, -jnp.inf))               # [B,T,H,L]
   normaliser = jnp.sum(k_exp, axis=1)                                  # [B,H,L]
   states = jnp.einsum("bthl,bthd->bhld", k_exp, v)                     # [B,H,L,Dv]
   # An all-pad sequence has a zero normaliser; its outputs are ignored, so keep them finite.
@@ -79,12 +81,15 @@ class LatteMixer(nn.Module):
     vapor: rotate values by position (VAPOR). Our choices where the paper is open: one learnable
       angle per head and channel pair, initialised to RoPE's frequencies (base 10^4), pairs
       (i, i + Dh/2); Dh must be even.
+    bias: add a bias to the q, k, v and output projections. The paper writes them without one and
+      the authors' code (`BidLatte` in raresdolga/latte_transformer) has none.
   """
   dim: int
   num_heads: int
   max_len: int
   num_latents: int = 40
   vapor: bool = False
+  bias: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
@@ -95,7 +100,8 @@ class LatteMixer(nn.Module):
     per_head = self.num_latents // self.num_heads
     head_dim = self.dim // self.num_heads
     # One fused projection (one matmul, one read of x) split per head into q, k, v.
-    qkv = nn.DenseGeneral((self.num_heads, 2 * per_head + head_dim), name="qkv")(x)
+    qkv = nn.DenseGeneral((self.num_heads, 2 * per_head + head_dim), use_bias=self.bias,
+                          name="qkv")(x)
     q, k, v = jnp.split(qkv, [per_head, 2 * per_head], axis=-1)
     if self.vapor:
       if head_dim % 2:
@@ -107,5 +113,5 @@ class LatteMixer(nn.Module):
       y = vapor_latte_attention(q, k, v, mask, theta)
     else:
       y = latte_attention(q, k, v, mask)
-    y = nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(y)
+    y = nn.DenseGeneral(self.dim, axis=(-2, -1), use_bias=self.bias, name="out")(y)
     return y, carry

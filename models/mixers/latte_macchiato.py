@@ -3,6 +3,10 @@
 p(s|t) = p(0|t) p_local(s|t) + sum_{l=1..L} p(l|t) p(s|l): state 0 is softmax attention inside the
 symmetric window |t - s| <= w/2, states 1..L are Latte's latents, and p(l|t) is a softmax over all
 L+1 states. The window is computed in blocks of w/2, so time and memory are linear in T.
+
+The paper defines Macchiato causally: its window is t - w <= s <= t. The symmetric window is our
+choice for LRA's bidirectional encoder; it keeps the paper's count of w + 1 positions per token
+(w/2 either side) rather than w either side, so a given w costs the same as the paper's.
 """
 from __future__ import annotations
 

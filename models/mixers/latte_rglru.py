@@ -1,8 +1,9 @@
 """Latte-RGLRU (Dolga et al., ICLR version), bidirectional: Latte whose latent probabilities
-p(l|t), p(s|l) read y = RG-LRU(Conv(x)) instead of x; values still come from x. Linear in T.
+p(l|t), p(s|l) read y = RG-LRU(x) instead of x; values still come from x. Linear in T.
 
-The RG-LRU is the gated linear recurrence of Griffin (De et al. 2024), run forwards and backwards
-as associative scans; `LatentFeatures` (conv + recurrence) is shared with latte_rglru_swa.
+The paper's RG-LRU replaces the 1-D convolution of its Latte-Conv (kept here as
+`latent_input="conv"`). The RG-LRU is the gated linear recurrence of Griffin (De et al. 2024),
+run forwards and backwards as associative scans; `LatentFeatures` is shared with latte_rglru_swa.
 """
 from __future__ import annotations
 
@@ -67,64 +68,79 @@ def _decay_init(key, shape, dtype=jnp.float32):
 
 
 class RGLRU(nn.Module):
-  """One direction of the RG-LRU with its own dense gates: [B,T,D] -> [B,T,D]."""
-  reverse: bool = False
+  """Griffin's RG-LRU gates and decay, read from x_t alone, scanned in each direction asked for.
+
+  One set of weights serves both directions (the gates see no state, so they have no direction):
+  2 D^2 + 3 D parameters, as many as one causal RG-LRU. Returns one [B,T,D] per direction.
+  """
 
   @nn.compact
-  def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:
+  def __call__(self, x: jax.Array, mask: jax.Array,
+               reverse: tuple[bool, ...] = (False, True)) -> list[jax.Array]:
     width = x.shape[-1]
     decay = self.param("decay_logits", _decay_init, (width,))
-    return rg_lru(x, nn.Dense(width, name="recurrence_gate")(x),
-                  nn.Dense(width, name="input_gate")(x), decay, mask, self.reverse)
+    recurrence_logits = nn.Dense(width, name="recurrence_gate")(x)
+    input_logits = nn.Dense(width, name="input_gate")(x)
+    return [rg_lru(x, recurrence_logits, input_logits, decay, mask, r) for r in reverse]
+
+
+LATENT_INPUTS = ("rglru", "conv")
 
 
 class LatentFeatures(nn.Module):
-  """y = BiRGLRU(Conv(x)), the input of the latent probabilities: [B,T,D] -> [B,T,D].
+  """y, the input of the latent probabilities: BiRGLRU(x) or Conv(x), [B,T,D] -> [B,T,D].
+
+  Pads are zeroed first, so a real position reads only real tokens (and the conv zeros).
 
   Attributes:
-    conv_size: K of the depthwise, centred 1-D convolution (0 disables it). Pads are zeroed
-      first, so a real position reads only real tokens and zeros.
-    recurrence: run the RG-LRU after the convolution (False gives Latte-Conv).
-    combine: "concat" projects [forward, backward] back to D; "sum" adds the two directions.
+    latent_input: "rglru" (Latte-RGLRU, the paper's) or "conv" (Latte-Conv: a centred 1-D
+      convolution over all D channels, K D^2 + D weights, no recurrence).
+    conv_size: K, the convolution's width (latent_input="conv" only).
+    combine: how the two RG-LRU directions meet. "sum" (default): one set of gates, forward +
+      backward states. "concat" (ours): each direction its own gates and decay, and a Dense(D)
+      of [forward, backward]; 6 D^2 + 7 D weights.
   """
+  latent_input: str = "rglru"
   conv_size: int = 3
-  recurrence: bool = True
-  combine: str = "concat"
+  combine: str = "sum"
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:
     width = x.shape[-1]
-    y = jnp.where(mask[..., None], x, 0.0)
-    if self.conv_size:
-      y = nn.Conv(width, (self.conv_size,), padding="SAME", feature_group_count=width,
-                  name="conv")(y)
-    if not self.recurrence:
-      return y
-    forward = RGLRU(reverse=False, name="forward")(y, mask)
-    backward = RGLRU(reverse=True, name="backward")(y, mask)
+    x = jnp.where(mask[..., None], x, 0.0)
+    if self.latent_input == "conv":
+      return nn.Conv(width, (self.conv_size,), padding="SAME", name="conv")(x)
+    if self.latent_input != "rglru":
+      raise ValueError(f"latent_input must be one of {LATENT_INPUTS}, got {self.latent_input!r} "
+                       f"(--config.mixers.<mixer>.latent_input).")
     if self.combine == "sum":
+      forward, backward = RGLRU(name="rglru")(x, mask)
       return forward + backward
     if self.combine == "concat":
+      (forward,) = RGLRU(name="forward")(x, mask, (False,))
+      (backward,) = RGLRU(name="backward")(x, mask, (True,))
       return nn.Dense(width, name="combine")(jnp.concatenate([forward, backward], axis=-1))
-    raise ValueError(f"combine must be 'concat' or 'sum', got {self.combine!r} "
+    raise ValueError(f"combine must be 'sum' or 'concat', got {self.combine!r} "
                      f"(--config.mixers.<mixer>.combine).")
 
 
 class LatteRGLRUMixer(nn.Module):
-  """Latte-RGLRU: Latte with latent probabilities from a conv + bidirectional RG-LRU, O(T L).
+  """Latte-RGLRU: Latte with latent probabilities read from a bidirectional RG-LRU, O(T L).
 
-  Choices where the paper is open (switchable): values come from x (only p(l|t), p(s|l) read y);
-  the convolution is depthwise and centred (K=3) before the recurrence, as Griffin places its
-  conv before the RG-LRU; gates are dense D x D; the two directions have separate weights and
-  are combined by a projection of their concatenation (`combine="sum"` adds them).
+  The paper (ICLR version) replaces Latte-Conv's 1-D convolution by the RG-LRU, and says this
+  slightly reduces parameters; `latent_input="conv"` gives Latte-Conv. Our choices where the paper
+  is open (switchable): values come from x (only p(l|t), p(s|l) read y); Latte-Conv's conv is
+  centred and mixes all channels (with a depthwise conv the RG-LRU could not have fewer
+  weights); the bidirectional RG-LRU shares its gates between the two directions and adds them
+  (`combine`, see LatentFeatures).
   """
   dim: int
   num_heads: int
   max_len: int
   num_latents: int = 40
+  latent_input: str = "rglru"
   conv_size: int = 3
-  recurrence: bool = True
-  combine: str = "concat"
+  combine: str = "sum"
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
@@ -134,8 +150,8 @@ class LatteRGLRUMixer(nn.Module):
                        f"num_heads={self.num_heads} (latents are split across heads).")
     per_head = self.num_latents // self.num_heads
     head_dim = self.dim // self.num_heads
-    y = LatentFeatures(self.conv_size, self.recurrence, self.combine, name="latent_features")(
-        x, mask)
+    y = LatentFeatures(self.latent_input, self.conv_size, self.combine,
+                       name="latent_features")(x, mask)
     q = nn.DenseGeneral((self.num_heads, per_head), name="query_latents")(y)
     k = nn.DenseGeneral((self.num_heads, per_head), name="key_latents")(y)
     v = nn.DenseGeneral((self.num_heads, head_dim), name="value")(x)

@@ -1,5 +1,5 @@
 """Latte-RGLRU-SWA (Dolga et al., ICLR version), bidirectional: Latte Macchiato's local window
-state plus Latte states whose probabilities read y = RG-LRU(Conv(x)). Linear in T.
+state plus Latte states whose probabilities read y = RG-LRU(x). Linear in T.
 """
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ class LatteRGLRUSWAMixer(nn.Module):
   """Latte-RGLRU-SWA: local window softmax + RG-LRU-conditioned Latte states, O(T (w + L)).
 
   p(s|t) = p(0|t) p_local(s|t) + sum_l p(l|t) p(s|l), as in latte_macchiato, with p(l|t) over
-  the L+1 states and p(s|l) computed from y = LatentFeatures(x) (see latte_rglru). Choices where
-  the paper is open (switchable): the window's queries, keys and the shared values come from x;
-  `rope=True` rotates the window's queries and keys by position (RoPE, fixed frequencies), which
-  the paper uses for the text tasks, while image tasks rely on the encoder's absolute positions.
+  the L+1 states and p(s|l) computed from y = BiRGLRU(x) (no convolution, as in latte_rglru).
+  Ours, not the paper's: the window is symmetric, |t - s| <= w/2 (the paper's is causal, see
+  latte_macchiato). Choices where the paper is open (switchable): the window's queries, keys and
+  the shared values come from x; `rope=True` rotates the window's queries and keys by position
+  (RoPE, fixed frequencies), which the paper uses for the text tasks, while image tasks rely on
+  the encoder's absolute positions; `combine` as in latte_rglru.
   """
   dim: int
   num_heads: int
@@ -27,9 +29,7 @@ class LatteRGLRUSWAMixer(nn.Module):
   num_latents: int = 40
   window: int = 128
   rope: bool = False
-  conv_size: int = 3
-  recurrence: bool = True
-  combine: str = "concat"
+  combine: str = "sum"
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
@@ -48,8 +48,7 @@ class LatteRGLRUSWAMixer(nn.Module):
       angles = (jnp.arange(x.shape[1], dtype=jnp.float32)[:, None, None]
                 * rope_frequencies(head_dim // 2)[None, None])[None]      # [1,T,1,Dh/2]
       q, k = rotate_pairs(q, angles), rotate_pairs(k, angles)
-    y = LatentFeatures(self.conv_size, self.recurrence, self.combine, name="latent_features")(
-        x, mask)
+    y = LatentFeatures("rglru", combine=self.combine, name="latent_features")(x, mask)
     state_logits = nn.DenseGeneral((self.num_heads, per_head + 1), name="state_logits")(y)
     latent_k = nn.DenseGeneral((self.num_heads, per_head), name="key_latents")(y)
     out = latte_macchiato_attention(q, k, v, state_logits, latent_k, mask, self.window)

@@ -3,22 +3,94 @@
 A batch is a dict of NumPy arrays: inputs[B,T] int32 (or inputs1/inputs2 for dual tasks),
 mask[B,T] bool (or mask1/mask2), label[B] int32, weight[B] float32 (0 on filler rows of the last
 eval batch, so every eval example counts exactly once).
+
+T is the task's length, or with `Batching(padding="batch")` the batch's own longest example
+rounded up to a multiple of `quantum` (exact: every mixer is padding invariant); with
+`bucketing=True` training batches are drawn from examples of similar length. Whatever the mode,
+every host of a multi-host run plans the same global batches from the same data, so they agree on
+each batch's rows and on its T.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Iterator, Mapping
 
 import numpy as np
 
 from lra.tasks.contract.spec import TaskSpec
 
+PADDINGS = ("fixed", "batch")
+MAX_SHAPES = 64  # distinct batch lengths (XLA compiles one program per length)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batching:
+  """How batches are shaped.
+
+  Attributes:
+    padding: "fixed" (every batch padded to the task's length T) or "batch" (to the batch's
+      longest example, rounded up to a multiple of `quantum`, at most T).
+    quantum: the rounding of padded lengths, which bounds the shapes to ceil(T / quantum).
+    bucketing: training batches from length buckets of width `quantum` (needs padding="batch").
+      Changes which examples share a batch (not which examples an epoch sees); eval is unchanged
+      in content, its examples grouped by length.
+  """
+  padding: str = "fixed"
+  quantum: int = 128
+  bucketing: bool = False
+
+  def check(self, seq_len: int) -> None:
+    """Raises ValueError with the fix for settings that cannot work for a task of length T."""
+    if self.padding not in PADDINGS:
+      raise ValueError(f"data.padding must be one of {PADDINGS}, got {self.padding!r}")
+    if self.bucketing and self.padding != "batch":
+      raise ValueError("data.bucketing=True needs per-batch padding: pass "
+                       "--config.data.padding=batch as well")
+    if self.quantum < 1:
+      raise ValueError(f"data.pad_quantum must be >= 1, got {self.quantum}")
+    if self.padding == "batch" and math.ceil(seq_len / self.quantum) > MAX_SHAPES:
+      raise ValueError(
+          f"data.pad_quantum={self.quantum} gives up to {math.ceil(seq_len / self.quantum)} batch "
+          f"lengths for T={seq_len}, each compiled separately; pass "
+          f"--config.data.pad_quantum={math.ceil(seq_len / MAX_SHAPES)} or more")
+
+  def padded_length(self, longest: int, seq_len: int) -> int:
+    """T of a batch whose longest example has `longest` tokens."""
+    if self.padding == "fixed":
+      return seq_len
+    return min(seq_len, max(1, math.ceil(longest / self.quantum)) * self.quantum)
+
+
+def example_lengths(arrays: Mapping[str, np.ndarray], spec: TaskSpec,
+                    chunk: int = 8192) -> np.ndarray:
+  """[N] int: each example's last real position + 1 (the longer document of a dual pair).
+
+  Read in chunks, so a memory-mapped split is scanned once without being loaded whole. Pixel
+  tasks (no pad id) have every position real.
+  """
+  keys = [k for k in arrays if k != "label"]
+  n, seq_len = arrays[keys[0]].shape
+  if spec.pad_id is None:
+    return np.full(n, seq_len, np.int64)
+  lengths = np.zeros(n, np.int64)
+  for first in range(0, n, chunk):
+    for key in keys:
+      real = np.asarray(arrays[key][first:first + chunk]) != spec.pad_id
+      # The last real position, found as the first real one from the end (0 for an empty row).
+      last = np.where(real.any(1), seq_len - np.argmax(real[:, ::-1], axis=1), 0)
+      lengths[first:first + chunk] = np.maximum(lengths[first:first + chunk], last)
+  return lengths
+
 
 def make_batch(arrays: Mapping[str, np.ndarray], indices: np.ndarray, spec: TaskSpec,
-               num_rows: int | None = None) -> dict[str, np.ndarray]:
+               num_rows: int | None = None, length: int | None = None) -> dict[str, np.ndarray]:
   """Gathers rows into a batch; rows past len(indices) (up to num_rows) are weight-0 filler.
 
   Filler rows copy example 0, so they are valid inputs and a batch is the same whichever way its
-  rows are split over hosts (a host's share of the last eval batch may be all filler).
+  rows are split over hosts (a host's share of the last eval batch may be all filler). `length`
+  keeps the first T positions (default: all); the caller picks it from the real rows of the
+  global batch, so only pads are cut (and the tail of a weight-0 filler row).
   """
   num_rows = len(indices) if num_rows is None else num_rows
   real = len(indices)
@@ -30,6 +102,8 @@ def make_batch(arrays: Mapping[str, np.ndarray], indices: np.ndarray, spec: Task
   batch: dict[str, np.ndarray] = {}
   for key, array in arrays.items():
     rows = np.asarray(array[indices[order]])[inverse]
+    if key != "label":
+      rows = rows[:, :length]
     batch[key] = rows.astype(np.int32)
     if key != "label":
       mask_key = "mask" + key[len("inputs"):]
@@ -54,34 +128,101 @@ def epoch_permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
   return np.random.default_rng([seed, epoch]).permutation(num_examples)
 
 
+def bucketed_batches(perm: np.ndarray, lengths: np.ndarray, batch_size: int, quantum: int,
+                     seed: int, epoch: int) -> np.ndarray:
+  """[S,B] example indices of one epoch's batches, each from examples of similar length.
+
+  As tf.data's bucket_by_sequence_length, in the permutation's order: an example goes to bucket
+  ceil(length / quantum) and every B examples of a bucket make a batch. The epoch keeps the
+  examples plain batching keeps (the permutation less its last N mod B), and as many batches:
+  the buckets' remainders, in bucket order, make the last few batches (neighbouring lengths).
+  The batch order is then shuffled, seeded by (seed, epoch).
+  """
+  perm = perm[:len(perm) // batch_size * batch_size]
+  bucket = np.maximum(1, -(-lengths[perm] // quantum))
+  grouped = np.argsort(bucket, kind="stable")  # stable: permutation order within a bucket
+  by_bucket, bucket = perm[grouped], bucket[grouped]
+  starts = np.searchsorted(bucket, np.unique(bucket))
+  ends = np.append(starts[1:], len(perm))
+  full, rest = [], []
+  for a, b in zip(starts, ends):
+    cut = a + (b - a) // batch_size * batch_size
+    full.append(by_bucket[a:cut])
+    rest.append(by_bucket[cut:b])
+  plan = np.concatenate(full + rest).reshape(-1, batch_size)
+  return plan[np.random.default_rng([seed, epoch, 1]).permutation(len(plan))]
+
+
+def epoch_plan(lengths: np.ndarray, spec: TaskSpec, batch_size: int, seed: int, epoch: int,
+               batching: Batching = Batching()) -> tuple[np.ndarray, np.ndarray]:
+  """One training epoch: example indices [S,B] and each batch's padded length T [S].
+
+  A function of (lengths, seed, epoch, batching) only: resume at any step is exact, and every
+  host of a multi-host run computes the same plan.
+  """
+  n = len(lengths)
+  per_epoch = steps_per_epoch(n, batch_size)
+  perm = epoch_permutation(n, seed, epoch)
+  if batching.bucketing:
+    plan = bucketed_batches(perm, lengths, batch_size, batching.quantum, seed, epoch)
+  else:
+    plan = perm[:per_epoch * batch_size].reshape(per_epoch, batch_size)
+  padded = np.array([batching.padded_length(int(m), spec.seq_len)
+                     for m in lengths[plan].max(axis=1)], np.int64)
+  return plan, padded
+
+
 def train_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: int, seed: int,
-                  start_step: int = 0,
-                  rows: tuple[int, int] | None = None) -> Iterator[dict[str, np.ndarray]]:
+                  start_step: int = 0, rows: tuple[int, int] | None = None,
+                  batching: Batching = Batching(),
+                  lengths: np.ndarray | None = None) -> Iterator[dict[str, np.ndarray]]:
   """Infinite training stream; batch k is the same whether the run started at 0 or resumed at k.
 
-  Each epoch is a seeded permutation with the remainder dropped. `rows=(start, stop)` yields only
-  those rows of every global batch (one host's share in a multi-host run).
+  Each epoch is a seeded permutation with the remainder dropped (grouped by length with
+  bucketing, see `epoch_plan`). `rows=(start, stop)` yields only those rows of every global batch
+  (one host's share in a multi-host run). `lengths` (from `example_lengths`) saves a scan when the
+  caller has them.
   """
+  batching.check(spec.seq_len)
   n = len(arrays["label"])
+  if lengths is None:
+    lengths = (example_lengths(arrays, spec) if batching.padding == "batch"
+               else np.full(n, spec.seq_len, np.int64))
   per_epoch = steps_per_epoch(n, batch_size)
   start, stop = rows or (0, batch_size)
-  step, perm_epoch, perm = start_step, None, None
+  step, plan_epoch, plan, padded = start_step, None, None, None
   while True:
     epoch, index = divmod(step, per_epoch)
-    if epoch != perm_epoch:  # once per epoch: a permutation of 160k rows is not free
-      perm_epoch, perm = epoch, epoch_permutation(n, seed, epoch)
-    yield make_batch(arrays, perm[index * batch_size:(index + 1) * batch_size][start:stop], spec)
+    if epoch != plan_epoch:  # once per epoch: a permutation of 160k rows is not free
+      plan_epoch = epoch
+      plan, padded = epoch_plan(lengths, spec, batch_size, seed, epoch, batching)
+    yield make_batch(arrays, plan[index][start:stop], spec, length=int(padded[index]))
     step += 1
 
 
+def eval_plan(lengths: np.ndarray, spec: TaskSpec, batch_size: int,
+              batching: Batching = Batching()) -> list[tuple[np.ndarray, int]]:
+  """(example indices, padded T) of every eval batch: each example once, the last batch short.
+
+  In data order; with bucketing, in order of length, so that batches need little padding.
+  """
+  order = (np.argsort(lengths, kind="stable") if batching.bucketing
+           else np.arange(len(lengths)))
+  chunks = [order[first:first + batch_size] for first in range(0, len(order), batch_size)]
+  return [(c, batching.padded_length(int(lengths[c].max()), spec.seq_len)) for c in chunks]
+
+
 def eval_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: int,
-                 rows: tuple[int, int] | None = None) -> Iterator[dict[str, np.ndarray]]:
-  """Every example exactly once, in order; the last batch is padded with weight-0 rows.
+                 rows: tuple[int, int] | None = None,
+                 batching: Batching = Batching()) -> Iterator[dict[str, np.ndarray]]:
+  """Every example exactly once; the last batch is padded with weight-0 rows.
 
   `rows=(start, stop)` yields only those rows of every (padded) global batch.
   """
+  batching.check(spec.seq_len)
   n = len(arrays["label"])
+  lengths = (example_lengths(arrays, spec) if batching.padding == "batch"
+             else np.full(n, spec.seq_len, np.int64))
   start, stop = rows or (0, batch_size)
-  for first in range(0, n, batch_size):
-    indices = np.arange(first, min(first + batch_size, n))
-    yield make_batch(arrays, indices[start:stop], spec, num_rows=stop - start)
+  for indices, length in eval_plan(lengths, spec, batch_size, batching):
+    yield make_batch(arrays, indices[start:stop], spec, num_rows=stop - start, length=length)

@@ -45,7 +45,8 @@ class Task:
     description: one line for `lra list`.
     data_hint: what the user runs to make the data (printed when the cache is missing).
     prepare: `prepare(source: Path, out_dir: Path, **options) -> dict` turns a raw source into a
-      cache (see lra.tasks.contract.cache) and returns its meta.
+      cache through lra.tasks.contract.build (kept when current, else replaced whole) and returns
+      its meta.
     decode: `decode(tokens[T]) -> str`, the symbols a model sees, for `lra data inspect`.
     generate_small: `generate_small(raw_dir: Path, **config.data.generator)` writes a small raw
       source (seed included in the params) for the smoke/demo presets, where the suite can.

@@ -1,4 +1,5 @@
-"""Seeded ListOps generator following the LRA algorithm (DATA.md), writing the release's TSV format.
+"""Seeded ListOps generator following LRA's own (google-research/long-range-arena, data/listops.py,
+which was unseeded), writing the release's TSV format.
 
 A node at depth d < max_depth is a leaf digit with probability 0.75, else an operator (MIN, MAX,
 MED, SM uniform) with 2..max_args arguments at depth d+1; trees are kept when
@@ -11,6 +12,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from lra.tasks.contract.atomic import replacing
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 LEAF_PROBABILITY = 0.75
@@ -98,18 +101,26 @@ def generate_examples(num_examples: int, *, min_length: int = 500, max_length: i
 
 def write_release(out_dir: Path, *, num_train: int = 96_000, num_val: int = 2_000,
                   num_test: int = 2_000, progress: bool = False, **params) -> Path:
-  """Writes basic_{train,val,test}.tsv (header `Source<TAB>Target`), split in generation order."""
-  out_dir = Path(out_dir)
-  out_dir.mkdir(parents=True, exist_ok=True)
+  """Writes basic_{train,val,test}.tsv (header `Source<TAB>Target`), split in generation order.
+
+  The folder is replaced whole (tasks.contract.atomic), so an interrupted run leaves the previous
+  files or none, never a mix of two seeds; it must therefore hold nothing but these files.
+  """
+  out_dir = Path(out_dir).expanduser()
+  names = {f"basic_{split}.tsv" for split in SPLITS}
+  others = sorted(p.name for p in out_dir.iterdir() if p.name not in names) if (
+      out_dir.is_dir()) else []
+  if others:
+    raise FileExistsError(f"{out_dir} holds other files ({', '.join(others[:3])}); the generator "
+                          f"replaces the whole folder. Pass a new or empty --out folder.")
   counts = {"train": num_train, "val": num_val, "test": num_test}
   examples = generate_examples(sum(counts.values()), progress=progress, **params)
-  start = 0
-  for split in SPLITS:
-    rows = examples[start:start + counts[split]]
-    start += counts[split]
-    tmp = out_dir / f"basic_{split}.tsv.tmp"
-    with open(tmp, "w") as f:
-      f.write("Source\tTarget\n")
-      f.writelines(f"{source}\t{label}\n" for source, label in rows)
-    tmp.replace(out_dir / f"basic_{split}.tsv")
+  with replacing(out_dir) as folder:
+    start = 0
+    for split in SPLITS:
+      rows = examples[start:start + counts[split]]
+      start += counts[split]
+      with open(folder / f"basic_{split}.tsv", "w") as f:
+        f.write("Source\tTarget\n")
+        f.writelines(f"{source}\t{label}\n" for source, label in rows)
   return out_dir

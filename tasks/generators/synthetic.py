@@ -11,13 +11,15 @@ Vocabulary: 0 pad | 1..V start values | V+1..2V end values | 2V+1..2V+F fillers.
 """
 from __future__ import annotations
 
+import hashlib
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-from lra.tasks.contract import cache
+from lra.tasks.contract.atomic import replacing
+from lra.tasks.contract.build import CacheWriter, Recipe, build
+from lra.tasks.contract.cache import SPLITS
 from lra.tasks.contract.spec import Task
 
 RECIPE_FILE = "recipe.json"
@@ -42,40 +44,43 @@ def generate_split(num: int, *, seq_len: int, min_length: int, num_values: int,
 
 def prepare(source: Path, out_dir: Path, **options) -> dict:
   """Writes the cache; settings = DEFAULTS <- source/recipe.json (if any) <- options."""
-  recipe = dict(DEFAULTS)
+  settings = dict(DEFAULTS)
   recipe_path = Path(source) / RECIPE_FILE
   if recipe_path.exists():
-    recipe.update(json.loads(recipe_path.read_text()))
-  recipe.update(options)
-  unknown = sorted(set(recipe) - set(DEFAULTS))
+    settings.update(json.loads(recipe_path.read_text()))
+  settings.update(options)
+  unknown = sorted(set(settings) - set(DEFAULTS))
   if unknown:
     raise ValueError(f"synthetic: unknown settings {unknown}; valid: {', '.join(DEFAULTS)}")
-  previous = cache.read_meta(out_dir)
-  if previous and previous.get("source", {}).get("recipe") == recipe:
-    print(f"synthetic: cache at {out_dir} is up to date", file=sys.stderr)
-    return previous
-  splits = {}
-  shape = {k: recipe[k] for k in ("seq_len", "min_length", "num_values", "num_fillers")}
-  for index, split in enumerate(cache.SPLITS):
-    rng = np.random.default_rng([recipe["seed"], index])
-    inputs, labels = generate_split(recipe[f"num_{split}"], rng=rng, **shape)
-    cache.write_array(out_dir, split, "inputs", inputs)
-    cache.write_array(out_dir, split, "label", labels)
-    splits[split] = len(labels)
-  v, f = recipe["num_values"], recipe["num_fillers"]
-  return cache.finalize(out_dir, {
-      "task": "synthetic", "vocab_size": 1 + 2 * v + f, "seq_len": recipe["seq_len"],
-      "num_classes": v * v, "dual": False, "pad_id": 0, "splits": splits,
-      "source": {"format": "generated in memory (tasks/synthetic.py)", "recipe": recipe},
-      "tokenizer": (f"0=pad, 1..{v}=start values, {v + 1}..{2 * v}=end values, "
-                    f"{2 * v + 1}..{2 * v + f}=fillers; label = start * {v} + end"),
-  })
+  # The source of generated data is its settings: their digest stands in for a file checksum.
+  canonical = json.dumps(settings, sort_keys=True).encode()
+  v, f = settings["num_values"], settings["num_fillers"]
+  recipe = Recipe(
+      task="synthetic", source_path=Path(source), source_format="generated from settings",
+      checksums={"settings": "sha256:" + hashlib.sha256(canonical).hexdigest()},
+      options=options,
+      tokenizer=(f"0=pad, 1..{v}=start values, {v + 1}..{2 * v}=end values, "
+                 f"{2 * v + 1}..{2 * v + f}=fillers; label = start * {v} + end"))
+
+  def write(out: CacheWriter) -> dict:
+    splits = {}
+    shape = {k: settings[k] for k in ("seq_len", "min_length", "num_values", "num_fillers")}
+    for index, split in enumerate(SPLITS):
+      rng = np.random.default_rng([settings["seed"], index])
+      inputs, labels = generate_split(settings[f"num_{split}"], rng=rng, **shape)
+      out.write(split, "inputs", inputs)
+      out.write(split, "label", labels)
+      splits[split] = len(labels)
+    return {"vocab_size": 1 + 2 * v + f, "seq_len": settings["seq_len"], "num_classes": v * v,
+            "dual": False, "pad_id": 0, "splits": splits, "settings": settings}
+
+  return build(out_dir, recipe, write)
 
 
 def generate_small(raw_dir: Path, **params) -> None:
-  """Records the generator settings; `prepare` generates the arrays from them."""
-  Path(raw_dir).mkdir(parents=True, exist_ok=True)
-  (Path(raw_dir) / RECIPE_FILE).write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
+  """Records the generator settings (a folder replaced whole); `prepare` generates from them."""
+  with replacing(raw_dir) as folder:
+    (folder / RECIPE_FILE).write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
 
 
 def decode(tokens: np.ndarray) -> str:

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from lra.tasks.sources import pixels
-from lra.tasks.contract.cache import finalize, write_array
-from lra.tasks.contract.fingerprint import current_cache, report_up_to_date, sha256_of
+from lra.tasks.contract.build import CacheWriter, Recipe, build
+from lra.tasks.contract.fingerprint import sha256_of
+from lra.tasks.sources.release import locate
 from lra.tasks.contract.spec import Task
 
 SIDE = 32
@@ -33,7 +34,6 @@ TOKENIZER = ("grayscale = trunc(255.5 * sum(w * rgb / 255)) in float32, w = ITU-
 COMMAND = ("lra data prepare image --source PATH   (PATH = cifar-10-batches-py/, "
            "cifar-10-python.tar.gz, or a TFDS data dir holding cifar10)")
 BATCH_FILES = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
-_ROOTS = ("", "lra_release", "lra_release/lra_release")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,32 +86,29 @@ def _unpickle_batch(data: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
   return images.reshape(-1, 3, SIDE, SIDE).transpose(0, 2, 3, 1), labels
 
 
+def _find(root: Path) -> _Source | None:
+  """A supported CIFAR-10 copy at or directly inside root."""
+  if root.is_file() and root.name.endswith((".tar.gz", ".tgz")):
+    return _Source(root, "cifar-10-python.tar.gz")
+  if not root.is_dir():
+    return None
+  if (root / "data_batch_1").exists() or root.name == "cifar-10-batches-py":
+    return _Source(root, "cifar-10-batches-py")
+  if (root / "cifar-10-batches-py").is_dir():
+    return _Source(root / "cifar-10-batches-py", "cifar-10-batches-py")
+  if (root / "cifar-10-python.tar.gz").is_file():
+    return _Source(root / "cifar-10-python.tar.gz", "cifar-10-python.tar.gz")
+  if root.name == TFDS_NAME:
+    return _Source(root.parent, "tfds cifar10")
+  if (root / TFDS_NAME).is_dir():
+    return _Source(root, "tfds cifar10")
+  return None
+
+
 def _locate(source: Path) -> _Source:
-  source = Path(source).expanduser()
-  if not source.exists():
-    raise FileNotFoundError(f"Source path {source} does not exist.\nTry: {COMMAND}")
-  looked = []
-  for prefix in _ROOTS:
-    root = source / prefix if prefix else source
-    if root.is_file() and root.name.endswith((".tar.gz", ".tgz")):
-      return _Source(root, "cifar-10-python.tar.gz")
-    if not root.is_dir():
-      continue
-    if (root / "data_batch_1").exists() or root.name == "cifar-10-batches-py":
-      return _Source(root, "cifar-10-batches-py")
-    if (root / "cifar-10-batches-py").is_dir():
-      return _Source(root / "cifar-10-batches-py", "cifar-10-batches-py")
-    if (root / "cifar-10-python.tar.gz").is_file():
-      return _Source(root / "cifar-10-python.tar.gz", "cifar-10-python.tar.gz")
-    if root.name == TFDS_NAME:
-      return _Source(root.parent, "tfds cifar10")
-    if (root / TFDS_NAME).is_dir():
-      return _Source(root, "tfds cifar10")
-    looked.append(str(root))
-  raise FileNotFoundError(
-      f"Could not find CIFAR-10 under {source}. Expected one of: the cifar-10-batches-py/ folder "
-      f"(data_batch_1..5, test_batch), the cifar-10-python.tar.gz archive, or a TFDS data dir "
-      f"holding cifar10/<version>/. Looked in:\n  " + "\n  ".join(looked) + f"\nTry: {COMMAND}")
+  return locate(source, _find, "CIFAR-10: the cifar-10-batches-py/ folder (data_batch_1..5, "
+                "test_batch), the cifar-10-python.tar.gz archive, or a TFDS data dir holding "
+                "cifar10/<version>/", COMMAND)
 
 
 def _batch_paths(folder: Path) -> list[Path]:
@@ -192,35 +189,31 @@ def _read_tfds(data_dir: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def prepare(source: Path, out_dir: Path) -> dict:
   """Converts CIFAR-10 to grayscale tokens in the cache at out_dir and returns its meta.
 
-  A no-op when the cache was made from the same files (sha256) the same way.
+  A no-op when the cache is current: same files (sha256), same conversion, arrays intact.
   """
   src = _locate(source)
-  source_meta = {"path": str(src.path.resolve()), "format": src.format,
-                 "checksums": _checksums(src)}
-  meta = current_cache(out_dir, source_meta, {}, TOKENIZER, ("inputs",))
-  if meta is not None:
-    report_up_to_date("image", out_dir, src.path)
-    return meta
-  data = _read(src)
-  train_tokens, train_labels = data["train"]
-  num_train = int(round(TRAIN_FRACTION * len(train_tokens)))
-  splits = {"train": (train_tokens[:num_train], train_labels[:num_train]),
-            "val": (train_tokens[num_train:], train_labels[num_train:]),
-            "test": data["test"]}
-  counts = {}
-  for split, (tokens, labels) in splits.items():
-    write_array(out_dir, split, "inputs", tokens)
-    write_array(out_dir, split, "label", labels.astype(np.int32))
-    counts[split] = len(labels)
-  meta = finalize(out_dir, {
-      "task": "image", "vocab_size": pixels.VOCAB_SIZE, "seq_len": SEQ_LEN,
-      "num_classes": NUM_CLASSES, "dual": False, "pad_id": None, "splits": counts,
-      "source": source_meta, "tokenizer": TOKENIZER, "options": {},
-      "validation": "last 10% of train in the source's order (LRA: TFDS train[90%:])",
-      "label_names": list(LABEL_NAMES),
-  })
-  print(f"image: prepared {counts} from {src.path} ({src.format}).", flush=True)
-  return meta
+  recipe = Recipe(task="image", source_path=src.path, source_format=src.format,
+                  checksums=_checksums(src), options={}, tokenizer=TOKENIZER)
+
+  def write(out: CacheWriter) -> dict:
+    data = _read(src)
+    train_tokens, train_labels = data["train"]
+    num_train = int(round(TRAIN_FRACTION * len(train_tokens)))
+    splits = {"train": (train_tokens[:num_train], train_labels[:num_train]),
+              "val": (train_tokens[num_train:], train_labels[num_train:]),
+              "test": data["test"]}
+    counts = {}
+    for split, (tokens, labels) in splits.items():
+      out.write(split, "inputs", tokens)
+      out.write(split, "label", labels.astype(np.int32))
+      counts[split] = len(labels)
+    print(f"image: prepared {counts} from {src.path} ({src.format}).", flush=True)
+    return {"vocab_size": pixels.VOCAB_SIZE, "seq_len": SEQ_LEN, "num_classes": NUM_CLASSES,
+            "dual": False, "pad_id": None, "splits": counts,
+            "validation": "last 10% of train in the source's order (LRA: TFDS train[90%:])",
+            "label_names": list(LABEL_NAMES)}
+
+  return build(out_dir, recipe, write)
 
 
 TASK = Task(

@@ -8,14 +8,14 @@ Parentheses carry no information beyond the closers and are dropped, as in LRA.
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
-from lra.tasks.contract import cache
+from lra.tasks.contract.build import CacheWriter, Recipe, build
+from lra.tasks.contract.fingerprint import sha256_of
 from lra.tasks.generators import listops as listops_generator
-from lra.tasks.sources.release import find_in_release
+from lra.tasks.sources.release import locate
 from lra.tasks.contract.spec import Task
 
 SYMBOLS = ("<pad>", *map(str, range(10)), "[MIN", "[MAX", "[MED", "[SM", "]")
@@ -67,6 +67,13 @@ def read_tsv(path: Path) -> tuple[list[list[int]], list[int]]:
   return tokens, labels
 
 
+def _folder(root: Path) -> Path | None:
+  """A generated folder or listops-1000/ itself, else the release's listops-1000/ under root."""
+  if (root / SPLIT_FILES["train"]).exists():
+    return root
+  return root / "listops-1000" if (root / "listops-1000").is_dir() else None
+
+
 def prepare(source: Path, out_dir: Path, *, seq_len: int | None = None) -> dict:
   """Caches a release `listops-1000/` folder (either lra_release nesting) or a generated folder.
 
@@ -74,41 +81,36 @@ def prepare(source: Path, out_dir: Path, *, seq_len: int | None = None) -> dict:
     seq_len: padded length; default: the longest example rounded up to a multiple of 16
       (2000 for the release, whose examples are shorter than 2000).
   """
-  if (Path(source) / SPLIT_FILES["train"]).exists():
-    folder = Path(source)  # a generated folder, or listops-1000/ itself
-  else:
-    folder = find_in_release(source, "listops-1000", "basic_{train,val,test}.tsv",
-                             GENERATE_COMMAND)
+  folder = locate(source, _folder, "basic_{train,val,test}.tsv (a generated folder or the "
+                  "release's listops-1000/)", GENERATE_COMMAND, shown="listops-1000")
   paths = {split: folder / name for split, name in SPLIT_FILES.items()}
   missing = [str(p) for p in paths.values() if not p.exists()]
   if missing:
     raise FileNotFoundError("Missing ListOps files:\n  " + "\n  ".join(missing) +
                             f"\nTry: {GENERATE_COMMAND}")
-  checksums = {p.name: cache.file_checksum(p) for p in paths.values()}
-  previous = cache.read_meta(out_dir)
-  if (previous and previous.get("source", {}).get("checksums") == checksums
-      and previous.get("requested_seq_len") == seq_len):
-    print(f"listops: cache at {out_dir} is up to date", file=sys.stderr)
-    return previous
-  parsed = {split: read_tsv(path) for split, path in paths.items()}
-  longest = max(len(t) for tokens, _ in parsed.values() for t in tokens)
-  length = seq_len or int(math.ceil(longest / 16) * 16)
-  if longest > length:
-    raise ValueError(f"listops: an example has {longest} tokens, more than seq_len={length}")
-  for split, (tokens, labels) in parsed.items():
-    inputs = np.zeros((len(tokens), length), dtype=np.uint16)
-    for row, ids in enumerate(tokens):
-      inputs[row, :len(ids)] = ids
-    cache.write_array(out_dir, split, "inputs", inputs)
-    cache.write_array(out_dir, split, "label", np.asarray(labels, dtype=np.int32))
-  return cache.finalize(out_dir, {
-      "task": "listops", "vocab_size": len(SYMBOLS), "seq_len": length,
-      "num_classes": NUM_CLASSES, "dual": False, "pad_id": 0, "requested_seq_len": seq_len,
-      "splits": {split: len(labels) for split, (_, labels) in parsed.items()},
-      "source": {"path": str(Path(source).resolve()), "format": "LRA listops TSV",
-                 "checksums": checksums},
-      "tokenizer": "fixed table: " + " ".join(f"{i}={s}" for i, s in enumerate(SYMBOLS)),
-  })
+  recipe = Recipe(
+      task="listops", source_path=folder, source_format="LRA listops TSV",
+      checksums=sha256_of(folder, paths.values()),
+      options={} if seq_len is None else {"seq_len": int(seq_len)},
+      tokenizer="fixed table: " + " ".join(f"{i}={s}" for i, s in enumerate(SYMBOLS)))
+
+  def write(out: CacheWriter) -> dict:
+    parsed = {split: read_tsv(path) for split, path in paths.items()}
+    longest = max(len(t) for tokens, _ in parsed.values() for t in tokens)
+    length = int(seq_len or math.ceil(longest / 16) * 16)
+    if longest > length:
+      raise ValueError(f"listops: an example has {longest} tokens, more than seq_len={length}")
+    for split, (tokens, labels) in parsed.items():
+      inputs = np.zeros((len(tokens), length), dtype=np.uint16)
+      for row, ids in enumerate(tokens):
+        inputs[row, :len(ids)] = ids
+      out.write(split, "inputs", inputs)
+      out.write(split, "label", np.asarray(labels, dtype=np.int32))
+    return {"vocab_size": len(SYMBOLS), "seq_len": length, "num_classes": NUM_CLASSES,
+            "dual": False, "pad_id": 0,
+            "splits": {split: len(labels) for split, (_, labels) in parsed.items()}}
+
+  return build(out_dir, recipe, write)
 
 
 def generate_small(raw_dir: Path, **params) -> None:

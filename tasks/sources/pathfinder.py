@@ -20,10 +20,10 @@ from PIL import Image
 from lra.tasks.generators.pathfinder import generate as pathfinder_generator
 from lra.tasks.generators.pathfinder.metadata import read_metadata
 from lra.tasks.sources import pixels
-from lra.tasks.contract.cache import SPLITS, finalize, write_array
-from lra.tasks.contract.fingerprint import current_cache, report_up_to_date, sha256_of, stat_digest
+from lra.tasks.contract.build import CacheWriter, Recipe, build
+from lra.tasks.contract.cache import SPLITS
+from lra.tasks.contract.fingerprint import sha256_of, stat_digest
 from lra.tasks.sources.release import find_in_release
-from lra.tasks.contract.row_writer import RowWriter
 from lra.tasks.contract.spec import Task
 
 DIFFICULTIES = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9",
@@ -146,7 +146,8 @@ def prepare_resolution(side: int, task: str, source: Path, out_dir: Path, *,
     split_seed: seed of the 80/10/10 split.
     workers: decoding processes; None picks min(8, cores), and 1 for small sets.
   Returns:
-    The meta; a no-op when metadata (sha256), images (size+mtime) and options are unchanged.
+    The meta; a no-op when metadata (sha256), images (size+mtime) and options are unchanged and
+    the cached arrays are intact.
   """
   if difficulty not in DIFFICULTIES:
     raise ValueError(f"Unknown difficulty '{difficulty}'. Valid: {', '.join(DIFFICULTIES)}.")
@@ -158,20 +159,24 @@ def prepare_resolution(side: int, task: str, source: Path, out_dir: Path, *,
     raise ValueError(f"The metadata files in {root / 'metadata'} list no images.")
   checksums = sha256_of(root, metadata)
   checksums["imgs (listed in metadata)"] = stat_digest(root, paths)
-  source_meta = {"path": str(root.resolve()), "format": f"lra_release pathfinder{side}",
-                 "checksums": checksums}
   options = {"difficulty": difficulty, "split_seed": seed}
-  tokenizer = f"grayscale PNG pixels 0-255 as tokens, row-major {side}x{side}"
-  meta = current_cache(out_dir, source_meta, options, tokenizer, ("inputs",))
-  if meta is not None:
-    report_up_to_date(task, out_dir, root)
-    return meta
+  recipe = Recipe(task=task, source_path=root, source_format=f"lra_release pathfinder{side}",
+                  checksums=checksums, options=options,
+                  tokenizer=f"grayscale PNG pixels 0-255 as tokens, row-major {side}x{side}")
 
+  return build(out_dir, recipe, functools.partial(
+      _write, task=task, root=root, paths=paths, labels=labels, side=side, seed=seed,
+      difficulty=difficulty, workers=workers))
+
+
+def _write(out: CacheWriter, *, task: str, root: Path, paths: list[str], labels: np.ndarray,
+           side: int, seed: int, difficulty: str, workers: int | None) -> dict:
+  """Decodes the listed images into the new cache; returns the rest of its meta."""
   if workers is None:
     workers = 1 if len(paths) < _POOL_MIN_IMAGES else min(8, os.cpu_count() or 1)
   assign = split_assignment(len(paths), seed)
   expected = np.bincount(assign, minlength=3)
-  writers = [RowWriter(out_dir, split, "inputs", int(n), side * side, pixels.DTYPE)
+  writers = [out.rows(split, "inputs", int(n), side * side, pixels.DTYPE)
              for split, n in zip(SPLITS, expected)]
   kept_labels: list[list[np.ndarray]] = [[] for _ in SPLITS]
   skipped: dict[str, int] = {}
@@ -200,21 +205,17 @@ def prepare_resolution(side: int, task: str, source: Path, out_dir: Path, *,
   counts = {}
   for split, writer, parts in zip(SPLITS, writers, kept_labels):
     counts[split] = writer.close()
-    write_array(out_dir, split, "label", np.concatenate(parts))
+    out.write(split, "label", np.concatenate(parts))
   if not all(counts.values()):
     raise ValueError(f"An empty split after skipping unreadable images: {counts}, skipped "
                      f"{skipped}. Is {root} complete?")
-  meta = finalize(out_dir, {
-      "task": task, "vocab_size": pixels.VOCAB_SIZE, "seq_len": side * side,
-      "num_classes": NUM_CLASSES, "dual": False, "pad_id": None, "splits": counts,
-      "source": source_meta, "tokenizer": tokenizer, "options": options,
-      "difficulty": difficulty, "resolution": side, "split_seed": seed,
-      "split": "seeded 80/10/10 over the metadata listing; skipped images leave their split",
-      "num_listed": len(paths), "num_skipped": skipped, "skipped_examples": shown,
-  })
   print(f"{task}: prepared {counts} from {root}; skipped {sum(skipped.values())} "
         f"({skipped or 'none'}).", flush=True)
-  return meta
+  return {"vocab_size": pixels.VOCAB_SIZE, "seq_len": side * side, "num_classes": NUM_CLASSES,
+          "dual": False, "pad_id": None, "splits": counts, "difficulty": difficulty,
+          "resolution": side, "split_seed": seed,
+          "split": "seeded 80/10/10 over the metadata listing; skipped images leave their split",
+          "num_listed": len(paths), "num_skipped": skipped, "skipped_examples": shown}
 
 
 def prepare(source: Path, out_dir: Path, *, difficulty: str = "hard", split_seed: int = 0,

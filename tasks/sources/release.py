@@ -1,21 +1,29 @@
-"""Finding files inside a user's copy of the LRA release, whichever way it was unpacked.
+"""Finding a task's files in what the user points `--source` at, whichever way it was unpacked.
 
-The archive unpacks to `lra_release/lra_release/...`; users point `--source` at the outer folder,
-the inner one, or the task's own folder. We accept all three.
+The LRA release unpacks to `lra_release/lra_release/...` (some copies have one level only), and
+users point `--source` at the outer folder, the inner one, or the task's own folder; IMDb and
+CIFAR-10 copies may sit inside it too. Every task searches the same roots, in this order:
+`source`, `source/lra_release`, `source/lra_release/lra_release`.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable, TypeVar
+
+NESTINGS = ("", "lra_release", "lra_release/lra_release")
+Found = TypeVar("Found")
 
 
-def find_in_release(source: Path, relative: str, what: str, command: str) -> Path:
-  """Returns `source/<prefix>/relative` for the first prefix that exists.
+def locate(source: Path, find: Callable[[Path], Found | None], what: str, command: str,
+           shown: str = "") -> Found:
+  """The first non-None `find(root)` over the release roots under source.
 
   Args:
     source: the path the user gave.
-    relative: the path inside the release root, e.g. "listops-1000" or "tsv_data".
+    find: looks for the task's files at one root (an existing path); None when they are not there.
     what: a few words naming the expected content, for the error.
     command: the command that fixes a missing source, for the error.
+    shown: the path under each root that the error lists as looked at.
   Raises:
     FileNotFoundError naming every place looked at.
   """
@@ -23,14 +31,25 @@ def find_in_release(source: Path, relative: str, what: str, command: str) -> Pat
   if not source.exists():
     raise FileNotFoundError(f"Source path {source} does not exist. Expected {what}.\n"
                             f"Try: {command}")
+  looked = []
+  for nesting in NESTINGS:
+    root = source / nesting if nesting else source
+    found = find(root) if root.exists() else None
+    if found is not None:
+      return found
+    looked.append(str(root / shown if shown else root))
+  raise FileNotFoundError(f"Could not find {what} under {source}. Looked at:\n  "
+                          + "\n  ".join(looked) + f"\nTry: {command}")
+
+
+def find_in_release(source: Path, relative: str, what: str, command: str) -> Path:
+  """`root/relative` at the first release root that has it, or source itself when it is that
+  folder (its name is relative's last part)."""
   tail = Path(relative)
-  candidates = [source / tail, source / "lra_release" / tail,
-                source / "lra_release" / "lra_release" / tail]
-  if source.name == tail.name:
-    candidates.insert(0, source)
-  for candidate in candidates:
-    if candidate.exists():
-      return candidate
-  looked = "\n  ".join(str(c) for c in candidates)
-  raise FileNotFoundError(f"Could not find {what} under {source}. Looked at:\n  {looked}\n"
-                          f"Try: {command}")
+
+  def find(root: Path) -> Path | None:
+    if root.name == tail.name:
+      return root
+    return root / tail if (root / tail).exists() else None
+
+  return locate(source, find, what, command, shown=tail.as_posix())

@@ -12,10 +12,10 @@ from typing import Iterator
 import numpy as np
 
 from lra.tasks.sources import bytes_tokenizer
-from lra.tasks.contract.cache import SPLITS, finalize, write_array
-from lra.tasks.contract.fingerprint import current_cache, report_up_to_date, sha256_of
+from lra.tasks.contract.build import CacheWriter, Recipe, build
+from lra.tasks.contract.cache import SPLITS
+from lra.tasks.contract.fingerprint import sha256_of
 from lra.tasks.sources.release import find_in_release
-from lra.tasks.contract.row_writer import RowWriter
 from lra.tasks.contract.spec import Task
 
 SEQ_LEN = 4000  # per document
@@ -61,10 +61,10 @@ def _parse(path: Path, number: int, line: bytes) -> tuple[int, bytes, bytes]:
   return int(value), fields[3], fields[4]
 
 
-def _write_split(path: Path, out_dir: Path, split: str) -> tuple[int, int]:
-  """Tokenises one TSV into the cache; returns (rows, documents truncated)."""
+def _write_split(path: Path, out: CacheWriter, split: str) -> tuple[int, int]:
+  """Tokenises one TSV into the new cache; returns (rows, documents truncated)."""
   capacity = sum(1 for _ in _lines(path))
-  writers = [RowWriter(out_dir, split, key, capacity, SEQ_LEN, bytes_tokenizer.DTYPE)
+  writers = [out.rows(split, key, capacity, SEQ_LEN, bytes_tokenizer.DTYPE)
              for key in ("inputs1", "inputs2")]
   chunks = [np.zeros((_CHUNK_ROWS, SEQ_LEN), dtype=bytes_tokenizer.DTYPE) for _ in writers]
   labels, truncated, filled = [], 0, 0
@@ -81,38 +81,34 @@ def _write_split(path: Path, out_dir: Path, split: str) -> tuple[int, int]:
   for writer, chunk in zip(writers, chunks):
     writer.append(chunk[:filled])
     writer.close()
-  write_array(out_dir, split, "label", np.array(labels, dtype=np.int32))
+  out.write(split, "label", np.array(labels, dtype=np.int32))
   return len(labels), truncated
 
 
 def prepare(source: Path, out_dir: Path) -> dict:
   """Tokenises the three AAN TSVs into the cache at out_dir and returns its meta.
 
-  A no-op when the cache was made from the same files (sha256) by the same tokeniser.
+  A no-op when the cache is current: same files (sha256), same tokeniser, arrays intact.
   """
   paths = _locate(source)
   folder = paths["train"].parent
-  source_meta = {"path": str(folder.resolve()), "format": "lra_release tsv_data",
-                 "checksums": sha256_of(folder, paths.values())}
-  tokenizer = bytes_tokenizer.describe(SEQ_LEN) + ", per document"
-  meta = current_cache(out_dir, source_meta, {}, tokenizer, ("inputs1", "inputs2"))
-  if meta is not None:
-    report_up_to_date("retrieval", out_dir, folder)
-    return meta
-  counts, truncated = {}, {}
-  for split in SPLITS:
-    counts[split], truncated[split] = _write_split(paths[split], out_dir, split)
-    if not counts[split]:
-      raise ValueError(f"{paths[split]} has no rows.\nTry: {COMMAND}")
-  meta = finalize(out_dir, {
-      "task": "retrieval", "vocab_size": bytes_tokenizer.VOCAB_SIZE, "seq_len": SEQ_LEN,
-      "num_classes": NUM_CLASSES, "dual": True, "pad_id": bytes_tokenizer.PAD_ID,
-      "splits": counts, "source": source_meta, "tokenizer": tokenizer, "options": {},
-      "validation": "the release's eval split (new_aan_pairs.eval.tsv)",
-      "num_truncated": truncated,
-  })
-  print(f"retrieval: prepared {counts} pairs from {folder}.", flush=True)
-  return meta
+  recipe = Recipe(task="retrieval", source_path=folder, source_format="lra_release tsv_data",
+                  checksums=sha256_of(folder, paths.values()), options={},
+                  tokenizer=bytes_tokenizer.describe(SEQ_LEN) + ", per document")
+
+  def write(out: CacheWriter) -> dict:
+    counts, truncated = {}, {}
+    for split in SPLITS:
+      counts[split], truncated[split] = _write_split(paths[split], out, split)
+      if not counts[split]:
+        raise ValueError(f"{paths[split]} has no rows.\nTry: {COMMAND}")
+    print(f"retrieval: prepared {counts} pairs from {folder}.", flush=True)
+    return {"vocab_size": bytes_tokenizer.VOCAB_SIZE, "seq_len": SEQ_LEN,
+            "num_classes": NUM_CLASSES, "dual": True, "pad_id": bytes_tokenizer.PAD_ID,
+            "splits": counts, "validation": "the release's eval split (new_aan_pairs.eval.tsv)",
+            "num_truncated": truncated}
+
+  return build(out_dir, recipe, write)
 
 
 TASK = Task(

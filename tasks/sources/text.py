@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from lra.tasks.sources import bytes_tokenizer
-from lra.tasks.contract.cache import SPLITS, file_checksum, finalize, write_array
-from lra.tasks.contract.fingerprint import current_cache, report_up_to_date, sha256_of, stat_digest
+from lra.tasks.contract.build import CacheWriter, Recipe, build
+from lra.tasks.contract.cache import SPLITS
+from lra.tasks.contract.fingerprint import file_checksum, sha256_of, stat_digest
+from lra.tasks.sources.release import locate
 from lra.tasks.contract.spec import Task
 
 SEQ_LEN = 4000
@@ -25,7 +27,6 @@ COMMAND = ("lra data prepare text --source PATH   "
            "(PATH = aclImdb/, aclImdb_v1.tar.gz, or a TFDS data dir holding imdb_reviews)")
 _REVIEW = re.compile(r"(?:^|/)aclImdb/(train|test)/(neg|pos)/(\d+)_\d+\.txt$")
 _REVIEW_NAME = re.compile(r"(\d+)_\d+\.txt")
-_ROOTS = ("", "lra_release", "lra_release/lra_release")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,34 +35,30 @@ class _Source:
   format: str  # "aclImdb folder" | "aclImdb_v1.tar.gz" | "tfds imdb_reviews"
 
 
+def _find(root: Path) -> _Source | None:
+  """A supported IMDb copy at or directly inside root."""
+  if root.is_file() and root.name.endswith((".tar.gz", ".tgz")):
+    return _Source(root, "aclImdb_v1.tar.gz")
+  if not root.is_dir():
+    return None
+  if (root / "train").is_dir() and (root / "test").is_dir() and root.name == "aclImdb":
+    return _Source(root, "aclImdb folder")
+  if (root / "aclImdb").is_dir():
+    return _Source(root / "aclImdb", "aclImdb folder")
+  if (root / "aclImdb_v1.tar.gz").is_file():
+    return _Source(root / "aclImdb_v1.tar.gz", "aclImdb_v1.tar.gz")
+  if root.name == "imdb_reviews":
+    return _Source(root.parent, "tfds imdb_reviews")
+  if (root / "imdb_reviews").is_dir():
+    return _Source(root, "tfds imdb_reviews")
+  return None
+
+
 def _locate(source: Path) -> _Source:
   """Finds a supported IMDb copy at, inside, or under either nesting of lra_release/ in source."""
-  source = Path(source).expanduser()
-  if not source.exists():
-    raise FileNotFoundError(f"Source path {source} does not exist.\nTry: {COMMAND}")
-  looked = []
-  for prefix in _ROOTS:
-    root = source / prefix if prefix else source
-    if root.is_file() and root.name.endswith((".tar.gz", ".tgz")):
-      return _Source(root, "aclImdb_v1.tar.gz")
-    if not root.is_dir():
-      continue
-    if (root / "train").is_dir() and (root / "test").is_dir() and root.name == "aclImdb":
-      return _Source(root, "aclImdb folder")
-    if (root / "aclImdb").is_dir():
-      return _Source(root / "aclImdb", "aclImdb folder")
-    if (root / "aclImdb_v1.tar.gz").is_file():
-      return _Source(root / "aclImdb_v1.tar.gz", "aclImdb_v1.tar.gz")
-    if root.name == "imdb_reviews":
-      return _Source(root.parent, "tfds imdb_reviews")
-    if (root / "imdb_reviews").is_dir():
-      return _Source(root, "tfds imdb_reviews")
-    looked.append(str(root))
-  raise FileNotFoundError(
-      f"Could not find IMDb reviews under {source}. Expected one of: an unpacked aclImdb/ folder "
-      f"(aclImdb/{{train,test}}/{{pos,neg}}/*.txt), the aclImdb_v1.tar.gz archive, or a TFDS data "
-      f"dir holding imdb_reviews/plain_text/<version>/. Looked in:\n  " + "\n  ".join(looked)
-      + f"\nTry: {COMMAND}")
+  return locate(source, _find, "IMDb reviews: an unpacked aclImdb/ folder "
+                "(aclImdb/{train,test}/{pos,neg}/*.txt), the aclImdb_v1.tar.gz archive, or a TFDS "
+                "data dir holding imdb_reviews/plain_text/<version>/", COMMAND)
 
 
 def _folder_files(root: Path) -> list[tuple[str, int, int, Path]]:
@@ -167,53 +164,48 @@ def prepare(source: Path, out_dir: Path, *, val_from_train_fraction: float = 0.0
     raise ValueError(f"val_from_train_fraction must be in [0, 1), got {fraction} "
                      f"(0 = the LRA convention: validate on the test set).")
   src = _locate(source)
-  source_meta = {"path": str(src.path.resolve()), "format": src.format,
-                 "checksums": _checksums(src)}
   options = {"val_from_train_fraction": fraction}
   if fraction:
     options["split_seed"] = seed
-  tokenizer = bytes_tokenizer.describe(SEQ_LEN)
-  meta = current_cache(out_dir, source_meta, options, tokenizer, ("inputs",))
-  if meta is not None:
-    report_up_to_date("text", out_dir, src.path)
-    return meta
+  recipe = Recipe(task="text", source_path=src.path, source_format=src.format,
+                  checksums=_checksums(src), options=options,
+                  tokenizer=bytes_tokenizer.describe(SEQ_LEN))
 
-  reviews = _read_reviews(src)
-  train_texts, train_labels = reviews["train"]
-  if fraction:
-    num_val = int(round(fraction * len(train_texts)))
-    if not 0 < num_val < len(train_texts):
-      raise ValueError(f"val_from_train_fraction={fraction} of {len(train_texts)} training "
-                       f"reviews leaves an empty split.")
-    perm = np.random.default_rng(seed).permutation(len(train_texts))
-    chosen = {"val": np.sort(perm[:num_val]), "train": np.sort(perm[num_val:])}
-    texts = {k: [train_texts[i] for i in idx] for k, idx in chosen.items()}
-    labels = {k: train_labels[idx] for k, idx in chosen.items()}
-    validation = f"held-out {fraction:g} of train (split_seed {seed})"
-  else:
-    texts = {"train": train_texts, "val": reviews["test"][0]}
-    labels = {"train": train_labels, "val": reviews["test"][1]}
-    validation = "test set (LRA convention: val = test)"
-  texts["test"], labels["test"] = reviews["test"]
+  def write(out: CacheWriter) -> dict:
+    reviews = _read_reviews(src)
+    train_texts, train_labels = reviews["train"]
+    if fraction:
+      num_val = int(round(fraction * len(train_texts)))
+      if not 0 < num_val < len(train_texts):
+        raise ValueError(f"val_from_train_fraction={fraction} of {len(train_texts)} training "
+                         f"reviews leaves an empty split.")
+      perm = np.random.default_rng(seed).permutation(len(train_texts))
+      chosen = {"val": np.sort(perm[:num_val]), "train": np.sort(perm[num_val:])}
+      texts = {k: [train_texts[i] for i in idx] for k, idx in chosen.items()}
+      labels = {k: train_labels[idx] for k, idx in chosen.items()}
+      validation = f"held-out {fraction:g} of train (split_seed {seed})"
+    else:
+      texts = {"train": train_texts, "val": reviews["test"][0]}
+      labels = {"train": train_labels, "val": reviews["test"][1]}
+      validation = "test set (LRA convention: val = test)"
+    texts["test"], labels["test"] = reviews["test"]
+    counts, truncated = {}, {}
+    for split in SPLITS:
+      inputs, truncated[split] = _encode_all(texts[split])
+      out.write(split, "inputs", inputs)
+      out.write(split, "label", labels[split])
+      counts[split] = len(inputs)
+    print(f"text: prepared {counts} from {src.path} ({src.format}); validation = {validation}.",
+          flush=True)
+    facts = {"vocab_size": bytes_tokenizer.VOCAB_SIZE, "seq_len": SEQ_LEN,
+             "num_classes": NUM_CLASSES, "dual": False, "pad_id": bytes_tokenizer.PAD_ID,
+             "splits": counts, "validation": validation, "label_names": list(LABEL_NAMES),
+             "num_truncated": truncated}
+    if fraction:
+      facts["split_seed"] = seed
+    return facts
 
-  counts, truncated = {}, {}
-  for split in SPLITS:
-    inputs, truncated[split] = _encode_all(texts[split])
-    write_array(out_dir, split, "inputs", inputs)
-    write_array(out_dir, split, "label", labels[split])
-    counts[split] = len(inputs)
-  meta = {
-      "task": "text", "vocab_size": bytes_tokenizer.VOCAB_SIZE, "seq_len": SEQ_LEN,
-      "num_classes": NUM_CLASSES, "dual": False, "pad_id": bytes_tokenizer.PAD_ID,
-      "splits": counts, "source": source_meta, "tokenizer": tokenizer, "options": options,
-      "validation": validation, "label_names": list(LABEL_NAMES), "num_truncated": truncated,
-  }
-  if fraction:
-    meta["split_seed"] = seed
-  meta = finalize(out_dir, meta)
-  print(f"text: prepared {counts} from {src.path} ({src.format}); validation = {validation}.",
-        flush=True)
-  return meta
+  return build(out_dir, recipe, write)
 
 
 TASK = Task(

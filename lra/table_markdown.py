@@ -1,0 +1,185 @@
+"""The Markdown renderings of `lra table`'s rows (lra.md, <task>.md and the README block).
+
+The rows themselves, and what each number is, come from lra.tables; nothing here computes a score.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from lra.tables import (AVG_TASKS, CHANCE_MARGIN, CPU_PRESETS, LRA_TASKS, PROTOCOL_PRESETS,
+                        STATISTICS, TASK_TITLES, group)
+
+CHANCE_MARK = "‡"
+STATISTIC_LABELS = {"best_test": "best test", "last": "last step",
+                    "unstated": "statistic not stated"}
+
+LEGEND = (
+    "Accuracies in %, mean ± sample std over seeds (n = seeds when more than one). Each run reports "
+    "three statistics: **best test** = " + STATISTICS["best_test"][1] + "; **last step** = "
+    + STATISTICS["last"][1] + "; **at best val** = " + STATISTICS["best_val"][1] + ". Δ = ours "
+    "minus the published row of the same mixer (and, for Latte, the same L), taken only between "
+    "the same statistic and only for the `paper` and `lra` presets. "
+    f"{CHANCE_MARK} = within {CHANCE_MARGIN:g} point of chance or of the majority class (FAIL in "
+    "the LRA paper means the same). Avg = mean over the five tasks without Path-X, only when all "
+    "five have a number.")
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+  if isinstance(value, str):
+    return value
+  if value is None or (isinstance(value, float) and math.isnan(value)):
+    return ""
+  return f"{float(value):.{digits}f}"
+
+
+def _cell(acc: Any, std: Any = None, n: Any = None, delta: Any = None,
+          at_chance: Any = False) -> str:
+  if acc is None or acc == "":
+    return ""
+  text = _fmt(acc)
+  if std is not None and not (isinstance(std, float) and math.isnan(std)):
+    text += f" ± {_fmt(std)}"
+  if n is not None and n > 1:
+    text += f" (n={n})"
+  if delta is not None:
+    text += f" Δ{delta:+.2f}"
+  return text + (f" {CHANCE_MARK}" if at_chance else "")
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+  return "\n".join(lines)
+
+
+def _duration(seconds: Any) -> str:
+  if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+    return ""
+  seconds = float(seconds)
+  if seconds < 60:
+    return f"{seconds:.0f} s"
+  minutes = int(round(seconds / 60))
+  return f"{minutes // 60}h{minutes % 60:02d}" if minutes >= 60 else f"{minutes} min"
+
+
+def _protocol_tables(rows: list[dict[str, Any]], h: str) -> list[str]:
+  """One table per statistic; Δ only in the table of the statistic the published row reports."""
+  titles = [TASK_TITLES[t] for t in (*LRA_TASKS, "avg")]
+  parts = []
+  for name, suffix in (("best_test", "_best"), ("last", "_last"), ("best_val", "")):
+    def delta(row, task):
+      return row[f"{task}_delta"] if row[f"{task}_published_statistic"] == name else None
+
+    def avg_delta(row):
+      same = all(row[f"{t}_published_statistic"] == name for t in AVG_TASKS)
+      return row["avg_delta"] if same else None
+    parts.append(f"{h}# {STATISTICS[name][1][0].upper() + STATISTICS[name][1][1:]}")
+    parts.append(_md_table(["mixer", "preset", *titles, "device"], [
+        [r["mixer"], r["preset"],
+         *[_cell(r[f"{t}{suffix}"], r[f"{t}{suffix}_std"], r[f"{t}_n"], delta(r, t),
+                 r[f"{t}_at_chance"] if suffix == "" else False) for t in LRA_TASKS],
+         _cell(r[f"avg{suffix}"], delta=avg_delta(r)), r["device"]] for r in rows]))
+  return parts
+
+
+def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]],
+                      level: int = 2) -> str:
+  """The lra.md sections (also embedded in the README), headings at `level`.
+
+  Args:
+    rows: lra.tables.lra_rows.
+    cpu_rows: the task rows (lra.tables.task_rows) of CPU-scale presets, all LRA tasks.
+  """
+  h = "#" * level
+  titles = [TASK_TITLES[t] for t in (*LRA_TASKS, "avg")]
+  ours = [r for r in rows if r["source"] == "ours"]
+  by_group = {g: [r for r in ours if group(r["preset"]) == g] for g in ("protocol", "cpu",
+                                                                       "small")}
+  parts = [LEGEND, f"{h} Ours: LRA protocol (presets {', '.join(f'`{p}`' for p in PROTOCOL_PRESETS)})"]
+  if by_group["protocol"]:
+    parts += _protocol_tables(by_group["protocol"], h)
+  else:
+    parts.append("No complete run with the `paper` or `lra` preset yet (accelerator work). Run "
+                 "the grid with `lra sweep --tasks listops text retrieval image pathfinder pathx "
+                 "--mixers softmax latte --seeds 0 1 2 --run` (or `--emit slurm`), then "
+                 "`lra table`.")
+  parts.append(f"{h} Ours: the LRA tasks on a CPU (preset {', '.join(f'`{p}`' for p in CPU_PRESETS)})")
+  parts.append("The full LRA task data at full length, with a model small enough to train on a "
+               "laptop CPU: the same model for every mixer, so the ordering of mixers is "
+               "informative, but not the papers' models, so the published numbers of the same "
+               "mixer are shown beside ours without a Δ.")
+  parts.append(_cpu_table(cpu_rows) if cpu_rows else
+               "No complete run with the `laptop` preset yet: `lra run listops MIXER --preset "
+               "laptop`.")
+  parts.append(f"{h} Ours: small presets (generated or reduced data; NOT comparable with the "
+               "papers)")
+  parts.append("Sanity checks that the pipeline learns: the `smoke` and `demo` presets train "
+               "tiny models on small generated data (demo ListOps is far easier than LRA's), so "
+               "no Δ is shown. Each cell: best test · test at best val.")
+  parts.append(_md_table(["mixer", "preset", *titles[:-1], "device"], [
+      [r["mixer"], r["preset"],
+       *[_pair(r, t) for t in LRA_TASKS], r["device"]] for r in by_group["small"]])
+      if by_group["small"] else "No complete run with a small preset yet.")
+  parts.append(f"{h} Published")
+  parts.append(_md_table(["model", "mixer", "statistic", *titles, "source"], [
+      [r["model"], r["mixer"] or "", STATISTIC_LABELS[r["published_statistic"]],
+       *[_cell(r[t], at_chance=r[f"{t}_at_chance"]) for t in LRA_TASKS], _cell(r["avg"]),
+       r["reference"]] for r in rows if r["source"] == "published"]))
+  return "\n\n".join(parts) + "\n"
+
+
+def _pair(row: dict[str, Any], task: str) -> str:
+  best, at_val = _cell(row[f"{task}_best"], row[f"{task}_best_std"]), _cell(
+      row[task], row[f"{task}_std"], row[f"{task}_n"], at_chance=row[f"{task}_at_chance"])
+  if not at_val:
+    return ""
+  return f"{best or '–'} · {at_val}"
+
+
+def _published(row: dict[str, Any]) -> str:
+  if row["published"] is None:
+    return ""
+  return f"{_fmt(row['published'])} ({STATISTIC_LABELS[row['published_statistic']]})"
+
+
+def _cpu_table(rows: list[dict[str, Any]]) -> str:
+  """One line per experiment: the three statistics, the published number of the same mixer beside,
+  and what the run cost."""
+  return _md_table(
+      ["mixer", "task", "preset", "best test", "at best val", "last step", "published",
+       "steps", "examples seen", "wall time", "steps/s", "device"],
+      [[r["mixer"], TASK_TITLES[r["task"]], r["preset"],
+        _cell(r["best_test_accuracy"], r["best_test_accuracy_std"], r["num_runs"]),
+        _cell(r["test_accuracy"], r["test_accuracy_std"], at_chance=r["at_chance"]),
+        _cell(r["test_accuracy_last"], r["test_accuracy_last_std"]), _published(r),
+        _fmt(r["num_steps"], 0),
+        "" if r["examples_seen"] is None else f"{int(r['examples_seen']):,}",
+        _duration(r["wall_time_s"]), _fmt(r["steps_per_s"], 2), r["device"] or ""]
+       for r in rows])
+
+
+def task_markdown(task: str, rows: list[dict[str, Any]], made_by: str) -> str:
+  """<task>.md: every experiment of one task with all three statistics, then the published."""
+  title = TASK_TITLES.get(task, task)
+  header = ["source", "model", "preset", "best test", "at best val", "last step", "val acc",
+            "chance / majority", "published", "Δ", "steps/s", "params", "T", "steps",
+            "examples seen", "wall time", "device", "runs"]
+  body = []
+  for r in rows:
+    body.append([
+        r["source"], r["model"], r["preset"] or "",
+        _cell(r["best_test_accuracy"], r["best_test_accuracy_std"]),
+        _cell(r["test_accuracy"], r["test_accuracy_std"], r["num_runs"],
+              at_chance=r["at_chance"] and r["source"] == "ours"),
+        _cell(r["test_accuracy_last"], r["test_accuracy_last_std"]),
+        _fmt(r["val_accuracy"]),
+        " / ".join(x for x in (_fmt(r["chance_accuracy"]), _fmt(r["majority_accuracy"])) if x),
+        _published(r) + (f" {CHANCE_MARK}" if r["source"] == "published" and r["at_chance"]
+                         else ""),
+        "" if r["delta"] is None else f"{r['delta']:+.2f} vs {r['published_model']}",
+        _fmt(r["steps_per_s"], 1), "" if r["num_params"] is None else f"{int(r['num_params']):,}",
+        _fmt(r["seq_len"], 0), _fmt(r["num_steps"], 0),
+        "" if r["examples_seen"] is None else f"{int(r['examples_seen']):,}",
+        _duration(r["wall_time_s"]), r["device"] or "", r["runs"] or r["reference"] or ""])
+  return f"# {title}\n\n<!-- {made_by} -->\n\n{LEGEND}\n\n{_md_table(header, body)}\n"

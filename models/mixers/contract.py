@@ -1,0 +1,250 @@
+"""The mixer contract as measurements: each property of a mixer checked, with its numbers.
+
+The registry-wide tests (tests/test_mixer_contract.py) and `lra check MIXER` both run these, so a
+mixer that passes one passes the other. Properties (`PROPERTIES`, in the order they print):
+shape, finite, padding invariance (new pad contents or more pads change no real output),
+bidirectional (the last real token reaches the first output), jit (jitted = eager), deterministic,
+carry (the state a mixer passes to the next layer ignores pads too), finite gradients (w.r.t.
+parameters and inputs, also with huge pad values), memory (forward + backward at T=8192 under
+1/8 of softmax attention's).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lra.models.mixers.softmax import SoftmaxMixer
+
+TOLERANCE = 1e-4      # max abs change of a real output that still counts as "unchanged"
+PAD_NOISE = 100.0     # scale of the new pad contents in the invariance checks
+HUGE = 1e4            # pad contents in the gradient check: exp of a logit read from them overflows
+PADS = 7              # at the end of the second of the two rows
+MEMORY_T = 8192
+MEMORY_FRACTION = 1 / 8  # softmax's T x T scores alone are 512 MiB per head at T=8192
+BASELINE = "softmax"  # the quadratic mixer the memory property compares with (SoftmaxMixer)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  """One property: passed (None when it does not apply) and what was measured."""
+  name: str
+  passed: bool | None
+  detail: str
+
+  def line(self) -> str:
+    mark = {True: "PASS", False: "FAIL", None: "n/a "}[self.passed]
+    return f"{mark}  {self.name:<19} {self.detail}"
+
+
+@functools.cache
+def _compiler_options() -> dict[str, Any] | None:
+  # The checks run tiny inputs once each, so compile time is nearly all their cost. LLVM's
+  # optimisation level 0 halves it on CPU and changes neither what is computed nor XLA's buffer
+  # plan (train_step_bytes is identical).
+  return {"xla_backend_optimization_level": 0} if jax.default_backend() == "cpu" else None
+
+
+def _max_abs(a: Any, b: Any = 0.0) -> float:
+  diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
+  return float(diff.max()) if diff.size else 0.0
+
+
+def _finite(tree: Any) -> bool:
+  return all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(tree))
+
+
+class MixerContract:
+  """One mixer class with its settings at a small size; the checks share its compiled functions.
+
+  The base input x is [2,T,D] (T=`length`), its second row ending in PADS pads. Most checks read
+  one jitted forward + backward over four versions of it stacked on the batch axis (`ROWS`):
+  as is, pads at ±PAD_NOISE, the last real token changed, pads at ±HUGE. The module is built with
+  max_len = T + `extra_pads` (the padding check appends that many pads, as a task's seq_len
+  would allow).
+  """
+  ROWS = ("clean", "noisy", "changed", "huge")
+
+  def __init__(self, cls: type[nn.Module], settings: dict[str, Any], *, dim: int = 16,
+               num_heads: int = 2, length: int = 24, extra_pads: int = 8):
+    self.cls, self.settings = cls, dict(settings)
+    self.dim, self.num_heads, self.length, self.extra_pads = dim, num_heads, length, extra_pads
+    self.is_baseline = cls is SoftmaxMixer
+    self.module = module = cls(dim=dim, num_heads=num_heads, max_len=length + extra_pads,
+                               **settings)
+    self.x = jax.random.normal(jax.random.PRNGKey(0), (2, length, dim))
+    self.mask = jnp.arange(length)[None, :] < jnp.array([[length], [length - PADS]])  # [2,T]
+    self.last = length - PADS - 1  # the last real token of the second row
+    pads = lambda scale, seed: jnp.where(
+        self.mask[..., None], self.x, scale * jax.random.normal(jax.random.PRNGKey(seed),
+                                                                self.x.shape))
+    self.inputs = jnp.concatenate([self.x, pads(PAD_NOISE, 2), self.x.at[1, self.last].add(3.0),
+                                   pads(HUGE, 3)])                       # [4*2,T,D], as ROWS
+    self.masks = jnp.tile(self.mask, (len(self.ROWS), 1))
+    weights = jax.random.normal(jax.random.PRNGKey(4), self.inputs.shape)
+
+    def loss(params, x):  # on real outputs only, as in training
+      y, carry = module.apply(params, x, self.masks, deterministic=True)
+      return jnp.sum(jnp.where(self.masks[..., None], y * weights, 0.0)), (y, carry)
+
+    self._loss_grad = jax.grad(loss, argnums=(0, 1), has_aux=True)
+    self._apply = lambda p, x, m, carry: module.apply(p, x, m, deterministic=True, carry=carry)
+    self._compiled = {}
+
+  @functools.cached_property
+  def _eager_init(self):
+    # Eager, not jitted: the jit check needs an eager forward anyway, and init runs one.
+    return self.module.init_with_output(jax.random.PRNGKey(1), self.x, self.mask,
+                                        deterministic=True)
+
+  @property
+  def params(self):
+    return self._eager_init[1]
+
+  def _call(self, name: str, fn: Callable, *args):
+    """fn(*args) through a program compiled once per (name, shapes), for compile speed."""
+    key = (name, jax.tree.structure(args), tuple(jnp.shape(a) for a in jax.tree.leaves(args)))
+    if key not in self._compiled:
+      self._compiled[key] = jax.jit(fn).lower(*args).compile(_compiler_options())
+    return self._compiled[key](*args)
+
+  def forward(self, x: jax.Array, mask: jax.Array, carry=None):
+    """(y [B,T,D], carry) in eval mode, jitted."""
+    return self._call("forward", self._apply, self.params, x, mask, carry)
+
+  def run(self) -> dict[str, Any]:
+    """One compiled call: per name of ROWS y and dL/dx [2,T,D] and the carry's leaves; dL/dparams
+    summed over all rows; the carry as returned for the whole [8,T,D] batch."""
+    (d_params, d_x), (y, carry) = self._call("loss_grad", self._loss_grad, self.params,
+                                             self.inputs)
+    rows = lambda a: dict(zip(self.ROWS, np.split(np.asarray(a), len(self.ROWS))))
+    return {"y": rows(y), "d_x": rows(d_x), "d_params": d_params,
+            "carry": None if carry is None else [rows(c) for c in jax.tree.leaves(carry)],
+            "carry_batch": carry}
+
+  @functools.cached_property
+  def ran(self) -> dict[str, Any]:
+    return self.run()
+
+  # Properties: each returns (passed, detail).
+
+  def shape(self):
+    y = self.ran["y"]["clean"]
+    return y.shape == self.x.shape, f"y {list(y.shape)} for x {list(self.x.shape)}"
+
+  def finite(self):
+    y, noisy = self.ran["y"]["clean"], self.ran["y"]["noisy"]
+    ok = bool(np.isfinite(y).all() and np.isfinite(noisy).all())
+    return ok, f"max |y| {_max_abs(y):.3g}, {_max_abs(noisy):.3g} with pads at ±{PAD_NOISE:g}"
+
+  def padding_invariance(self):
+    real, y = np.asarray(self.mask), self.ran["y"]["clean"]
+    pads = jnp.zeros((2, self.extra_pads), bool)
+    longer = np.asarray(self.forward(
+        jnp.concatenate([self.x, jnp.zeros((2, self.extra_pads, self.dim))], axis=1),
+        jnp.concatenate([self.mask, pads], axis=1))[0])[:, :self.length]
+    by_noise = _max_abs(self.ran["y"]["noisy"][real], y[real])
+    by_length = _max_abs(longer[real], y[real])
+    return (by_noise <= TOLERANCE and by_length <= TOLERANCE,  # False on NaN too
+            f"max |change| of real outputs: {by_noise:.2g} with pads at ±{PAD_NOISE:g} noise, "
+            f"{by_length:.2g} with {self.extra_pads} more pads (tolerance {TOLERANCE:g})")
+
+  def bidirectional(self):
+    change = _max_abs(self.ran["y"]["changed"][1, 0], self.ran["y"]["clean"][1, 0])
+    return change > 1e-6, (f"max |change| of the first output when the last real token changes: "
+                           f"{change:.2g} (needs > 1e-6)")
+
+  def jit(self):
+    gap = _max_abs(self._eager_init[0][0], self.ran["y"]["clean"])
+    return gap <= 1e-5, f"max |jitted - eager| {gap:.2g} (tolerance 1e-5)"
+
+  def deterministic(self):
+    again, y = self.run()["y"]["clean"], self.ran["y"]["clean"]
+    ok = np.array_equal(again, y)
+    return ok, ("two calls on the same input are " + ("identical" if ok else
+                f"different (max |change| {_max_abs(again, y):.2g})"))
+
+  def carry(self):
+    if self.ran["carry"] is None:
+      return True, "returns no carry (None)"
+    real = np.asarray(self.mask)
+    by_carry = float(np.max([0.0, *(_max_abs(c["noisy"], c["clean"]) for c in self.ran["carry"])]))
+    # A second layer fed the first one's carry, as encoder blocks do.
+    y2 = np.asarray(self.forward(self.inputs, self.masks, self.ran["carry_batch"])[0])
+    y2, y2_noisy = np.split(y2, len(self.ROWS))[:2]
+    by_output = _max_abs(y2_noisy[real], y2[real])
+    ok = (by_carry <= TOLERANCE and by_output <= TOLERANCE and y2.shape == self.x.shape
+          and _finite(y2))
+    return ok, (f"a second layer fed the carry: shape {list(y2.shape)}; max |change| with "
+                f"pads at ±{PAD_NOISE:g}: carry {by_carry:.2g}, real outputs {by_output:.2g}")
+
+  def finite_gradients(self):
+    d_x, real = self.ran["d_x"], np.asarray(self.mask)
+    d_params = jax.tree.leaves(self.ran["d_params"])
+    bad = [f"inputs ({row} rows)" for row in self.ROWS if not _finite(d_x[row])]
+    bad += [] if _finite(d_params) else ["params"]
+    return not bad, ((f"NaN/inf w.r.t. {', '.join(bad)}" if bad else "all finite") +
+                     f"; max |dL/dparams| {np.max([0.0, *map(_max_abs, d_params)]):.3g}; with "
+                     f"pads at ±{HUGE:g}: max |dL/dx| {_max_abs(d_x['huge'][real]):.3g} at real "
+                     f"tokens, {_max_abs(d_x['huge'][~real]):.2g} at pads")
+
+  def memory(self):
+    if self.is_baseline:
+      return None, f"the baseline the others are compared with ({BASELINE})"
+    ours = train_step_bytes(self.cls, self.settings, self.dim, self.num_heads)
+    theirs = baseline_bytes(self.dim, self.num_heads)
+    return ours < theirs * MEMORY_FRACTION, (
+        f"forward+backward at T={MEMORY_T}: {ours / 2**20:.1f} MiB vs {BASELINE} "
+        f"{theirs / 2**20:.1f} MiB (ratio {ours / theirs:.3f}, needs < {MEMORY_FRACTION:.3f})")
+
+  def check(self, name: str, catch: bool = True) -> Result:
+    """Runs one property; with `catch`, an exception is a failure that names it."""
+    try:
+      passed, detail = PROPERTIES[name](self)
+    except Exception as e:  # noqa: BLE001 - a user's mixer may raise anything; report it
+      if not catch:
+        raise
+      passed, detail = False, f"raised {type(e).__name__}: {e}"
+    return Result(name, None if passed is None else bool(passed), detail)
+
+  def check_all(self) -> list[Result]:
+    return [self.check(name) for name in PROPERTIES]
+
+
+PROPERTIES: dict[str, Callable[[MixerContract], tuple[bool | None, str]]] = {
+    "shape": MixerContract.shape,
+    "finite": MixerContract.finite,
+    "padding invariance": MixerContract.padding_invariance,
+    "bidirectional": MixerContract.bidirectional,
+    "jit": MixerContract.jit,
+    "deterministic": MixerContract.deterministic,
+    "carry": MixerContract.carry,
+    "finite gradients": MixerContract.finite_gradients,
+    "memory": MixerContract.memory,
+}
+
+
+def train_step_bytes(cls: type[nn.Module], settings: dict[str, Any], dim: int,
+                     num_heads: int) -> int:
+  """Bytes XLA plans for forward + backward of one mixer at T=MEMORY_T (compiled, never run)."""
+  module = cls(dim=dim, num_heads=num_heads, max_len=MEMORY_T, **settings)
+  x = jax.ShapeDtypeStruct((1, MEMORY_T, dim), jnp.float32)
+  mask = jax.ShapeDtypeStruct((1, MEMORY_T), jnp.bool_)
+  params = jax.eval_shape(lambda a, m: module.init(jax.random.PRNGKey(0), a, m,
+                                                   deterministic=True), x, mask)
+  loss = lambda p, a, m: jnp.sum(module.apply(p, a, m, deterministic=True)[0] ** 2)
+  compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(params, x, mask).compile(
+      _compiler_options())
+  stats = compiled.memory_analysis()
+  return stats.temp_size_in_bytes + stats.argument_size_in_bytes + stats.output_size_in_bytes
+
+
+@functools.cache
+def baseline_bytes(dim: int, num_heads: int) -> int:
+  """train_step_bytes of softmax attention, compiled once per process and size."""
+  return train_step_bytes(SoftmaxMixer, {}, dim, num_heads)

@@ -1,0 +1,94 @@
+"""`lra ARGS...` with probes and faults for the multi-host and fault tests (a harness).
+
+Run as `python tests/lra_probed.py run listops ...` with the environment a user sets for `lra`.
+It appends to $LRA_PROBE_LOG one JSON line per batch this process reads (its labels and a digest
+of its inputs) and per file it opens for writing or renames inside the run directory (seen by a
+Python audit hook, independent of the code under test). With LRA_PROBE_DIE_AT_STEP=K this process
+kills itself with SIGKILL (a kill -9 from outside, as its peers see it) when it fetches the batch
+of step K, once the checkpoint of step LRA_PROBE_AFTER_CHECKPOINT is complete; with
+LRA_PROBE_FREEZE_AT_STEP=K it stops itself with SIGSTOP instead (a host that stops answering).
+With LRA_PROBE_DISK_FULL_AT_CHECKPOINT=K, writing the checkpoint of step K fails with ENOSPC
+midway (its state written, its bookkeeping not), as on a full disk.
+"""
+import errno
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from lra import cli, train
+
+LOG = Path(os.environ["LRA_PROBE_LOG"])
+RUN_DIR = Path(sys.argv[sys.argv.index("--run-dir") + 1]).resolve()
+
+
+def _log(record: dict) -> None:
+  with open(LOG, "a") as f:
+    f.write(json.dumps(record) + "\n")
+
+
+def _fault_at(step: int) -> None:
+  for name, sig in (("DIE", signal.SIGKILL), ("FREEZE", signal.SIGSTOP)):
+    if os.environ.get(f"LRA_PROBE_{name}_AT_STEP") == str(step):
+      after = RUN_DIR / "checkpoints" / os.environ.get("LRA_PROBE_AFTER_CHECKPOINT", "")
+      deadline = time.time() + 300
+      while not after.is_dir() and time.time() < deadline:
+        time.sleep(0.05)
+      _log({"kind": name.lower(), "step": step, "time": time.time()})
+      os.kill(os.getpid(), sig)
+
+
+def _probed(batches, kind: str):
+  def wrapper(*args, **kwargs):
+    step = 0
+    if kind == "train":  # train_batches(arrays, spec, batch_size, seed, start_step, ...)
+      step = kwargs.get("start_step", args[4] if len(args) > 4 else 0)
+    for batch in batches(*args, **kwargs):
+      if kind == "train":
+        step += 1
+        _fault_at(step)
+      inputs = [batch[k] for k in sorted(batch) if k.startswith("inputs")]
+      _log({"kind": kind, "step": step, "label": batch["label"].tolist(),
+            "inputs": hashlib.sha256(b"".join(a.tobytes() for a in inputs)).hexdigest()})
+      yield batch
+  return wrapper
+
+
+def _audit(event: str, args: tuple) -> None:
+  if event == "open" and isinstance(args[0], (str, os.PathLike)):
+    path, mode, flags = args
+    writing = (mode and any(c in mode for c in "wax+")) or (
+        not mode and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+    written = [path] if writing else []
+  elif event in ("os.rename", "os.replace", "os.link"):
+    written = [args[1]]
+  else:
+    return
+  for path in written:
+    path = Path(os.fsdecode(path)).absolute()
+    if RUN_DIR in path.parents:
+      _log({"kind": "write", "path": str(path.relative_to(RUN_DIR))})
+
+
+def _disk_full_at(step: str) -> None:
+  from orbax.checkpoint._src.handlers import json_checkpoint_handler
+  handler = json_checkpoint_handler.JsonCheckpointHandler
+  real = handler._save_fn  # pylint: disable=protected-access
+
+  async def save(self, item, directory):
+    if Path(str(directory)).parent.name.startswith(f"{step}."):  # checkpoints/K.orbax-...-tmp
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory))
+    return await real(self, item, directory)
+  handler._save_fn = save  # pylint: disable=protected-access
+
+
+if "LRA_PROBE_DISK_FULL_AT_CHECKPOINT" in os.environ:
+  _disk_full_at(os.environ["LRA_PROBE_DISK_FULL_AT_CHECKPOINT"])
+train.train_batches = _probed(train.train_batches, "train")
+train.eval_batches = _probed(train.eval_batches, "eval")
+sys.addaudithook(_audit)
+sys.argv[0] = "lra"
+sys.exit(cli.main(sys.argv[1:]))

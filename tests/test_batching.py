@@ -1,0 +1,239 @@
+"""Per-batch padding and length bucketing: same examples, fewer pads, the same maths."""
+import json
+
+import jax
+import ml_collections
+import numpy as np
+import optax
+import pytest
+from flax.training.train_state import TrainState
+
+from lra import distributed, run, train
+from lra.configs.common import base_config
+from lra.models.build import build_model
+from lra.models.mixers import MIXERS
+from lra.tasks.contract.batches import (Batching, epoch_plan, eval_batches, example_lengths,
+                                        make_batch, train_batches)
+from lra.tasks.contract.spec import TaskSpec
+from lra.writers import read_metrics
+
+SPEC = TaskSpec(vocab_size=12, seq_len=40, num_classes=3)
+# Cheap XLA compiles (the maths is the same; the shared CPU is not): each shape compiles anew.
+FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+PER_BATCH = Batching(padding="batch", quantum=16)
+BUCKETS = Batching(padding="batch", quantum=16, bucketing=True)
+
+
+def _arrays(n, spec=SPEC, seed=0, low=1):
+  """Random tokens with pads after a random length in [low, T]; dual specs get two documents."""
+  rng = np.random.default_rng(seed)
+  arrays = {}
+  for key in (("inputs1", "inputs2") if spec.dual else ("inputs",)):
+    lengths = rng.integers(low, spec.seq_len + 1, n)
+    tokens = rng.integers(1, spec.vocab_size, (n, spec.seq_len)).astype(np.uint16)
+    tokens[np.arange(spec.seq_len)[None] >= lengths[:, None]] = 0
+    arrays[key] = tokens
+  arrays["label"] = rng.integers(0, spec.num_classes, n).astype(np.int32)
+  return arrays
+
+
+def test_padded_length_is_the_longest_rounded_up_to_the_quantum_at_most_t():
+  assert [PER_BATCH.padded_length(m, 40) for m in (0, 1, 16, 17, 32, 33, 40)] == [
+      16, 16, 16, 32, 32, 40, 40]
+  assert Batching().padded_length(3, 40) == 40  # fixed padding ignores the batch
+  with pytest.raises(ValueError, match="pad_quantum=32 or more"):
+    Batching(padding="batch", quantum=8).check(2000)  # 250 shapes, 250 compiles
+  with pytest.raises(ValueError, match="data.padding=batch"):
+    Batching(bucketing=True).check(40)
+
+
+def test_example_lengths_end_at_the_last_real_token():
+  tokens = np.array([[3, 0, 5, 0, 0], [0, 0, 0, 0, 0], [1, 2, 3, 4, 5]], np.uint16)
+  other = np.array([[1, 0, 0, 0, 0], [0, 0, 7, 0, 0], [1, 0, 0, 0, 0]], np.uint16)
+  spec = TaskSpec(vocab_size=8, seq_len=5, num_classes=2)
+  np.testing.assert_array_equal(example_lengths({"inputs": tokens}, spec, chunk=2), [3, 0, 5])
+  dual = TaskSpec(vocab_size=8, seq_len=5, num_classes=2, dual=True)
+  np.testing.assert_array_equal(
+      example_lengths({"inputs1": tokens, "inputs2": other}, dual, chunk=2), [3, 3, 5])
+  pixels = TaskSpec(vocab_size=256, seq_len=5, num_classes=2, pad_id=None)
+  np.testing.assert_array_equal(example_lengths({"inputs": tokens}, pixels), [5, 5, 5])
+
+
+@pytest.mark.parametrize("dual", [False, True])
+def test_per_batch_padding_keeps_every_batch_and_cuts_only_pads(dual):
+  spec = TaskSpec(vocab_size=12, seq_len=40, num_classes=3, dual=dual)
+  arrays = _arrays(50, spec)
+  keys = ("inputs1", "inputs2") if dual else ("inputs",)
+  fixed = train_batches(arrays, spec, 8, seed=1)
+  cut = train_batches(arrays, spec, 8, seed=1, batching=PER_BATCH)
+  widths = set()
+  for _ in range(14):  # two epochs of 6 batches and a bit
+    a, b = next(fixed), next(cut)
+    t = b[keys[0]].shape[1]
+    widths.add(t)
+    np.testing.assert_array_equal(a["label"], b["label"])
+    for key in keys:  # both documents of a pair padded to one T
+      assert b[key].shape[1] == t and b["mask" + key[6:]].shape[1] == t
+      np.testing.assert_array_equal(a[key][:, :t], b[key])
+      assert (a[key][:, t:] == 0).all()  # nothing real was cut
+    longest = max(int(np.flatnonzero(row).max()) + 1 for k in keys for row in a[k] if row.any())
+    assert t == min(40, -(-longest // 16) * 16)
+  assert widths <= {16, 32, 40}
+
+
+def test_bucketing_plans_a_seeded_epoch_of_the_same_examples_with_fewer_pads():
+  arrays = _arrays(1000)
+  lengths = example_lengths(arrays, SPEC)
+  plain, plain_t = epoch_plan(lengths, SPEC, 16, seed=3, epoch=0, batching=PER_BATCH)
+  grouped, grouped_t = epoch_plan(lengths, SPEC, 16, seed=3, epoch=0, batching=BUCKETS)
+  assert grouped.shape == plain.shape == (62, 16)  # as many steps, the same examples dropped
+  np.testing.assert_array_equal(np.sort(grouped.ravel()), np.sort(plain.ravel()))
+  assert set(grouped_t) <= {16, 32, 40}
+  buckets = -(-lengths[grouped] // 16)
+  mixed = (buckets.min(1) != buckets.max(1)).sum()
+  assert mixed <= 2  # only the buckets' remainders share a batch (3 buckets)
+  assert grouped_t.mean() < 0.9 * plain_t.mean()
+  again, _ = epoch_plan(lengths, SPEC, 16, seed=3, epoch=0, batching=BUCKETS)
+  np.testing.assert_array_equal(again, grouped)
+  other, _ = epoch_plan(lengths, SPEC, 16, seed=3, epoch=1, batching=BUCKETS)
+  assert not np.array_equal(other, grouped)
+
+
+@pytest.mark.parametrize("batching", [PER_BATCH, BUCKETS], ids=["per_batch", "bucketing"])
+def test_every_host_reads_its_rows_of_the_same_global_batch_and_resume_is_exact(batching):
+  arrays = _arrays(100)
+  shards = [(0, 4), (4, 8), (8, 12)]  # three hosts
+  whole = train_batches(arrays, SPEC, 12, seed=5, batching=batching)
+  for _ in range(9):
+    next(whole)
+  resumed = train_batches(arrays, SPEC, 12, 5, 9, batching=batching)
+  hosts = [train_batches(arrays, SPEC, 12, 5, 9, rows, batching) for rows in shards]
+  for _ in range(10):  # crosses an epoch boundary (100 // 12 = 8 steps per epoch)
+    batch, again = next(whole), next(resumed)
+    pieces = [next(h) for h in hosts]
+    for key, value in batch.items():
+      np.testing.assert_array_equal(again[key], value)
+      np.testing.assert_array_equal(np.concatenate([p[key] for p in pieces]), value)
+
+
+@pytest.mark.parametrize("batching", [PER_BATCH, BUCKETS], ids=["per_batch", "bucketing"])
+def test_eval_counts_every_example_once_on_any_host_split(batching):
+  arrays = _arrays(45)
+  shards = [(0, 8), (8, 16)]
+  hosts = [list(eval_batches(arrays, SPEC, 16, rows, batching)) for rows in shards]
+  whole = list(eval_batches(arrays, SPEC, 16, batching=batching))
+  assert len(whole) == 3 and sum(b["weight"].sum() for b in whole) == 45
+  for index, batch in enumerate(whole):
+    for key, value in batch.items():
+      np.testing.assert_array_equal(np.concatenate([h[index][key] for h in hosts]), value)
+  real = np.concatenate([b["inputs"][b["weight"] > 0].sum(1) for b in whole])
+  np.testing.assert_array_equal(np.sort(real), np.sort(arrays["inputs"].astype(np.int64).sum(1)))
+  labels = np.concatenate([b["label"][b["weight"] > 0] for b in whole])
+  np.testing.assert_array_equal(np.bincount(labels, minlength=3),
+                                np.bincount(arrays["label"], minlength=3))
+
+
+# --- Same maths: every mixer gives the same losses and accuracies under per-batch padding. -----
+
+def _config(mixer, **model):
+  c = base_config("batching", "test", mixer, tokens=False)
+  c.model.mixer, c.model.num_layers, c.model.dim, c.model.num_heads = mixer, 1, 16, 2
+  c.model.mlp_dim, c.model.dropout = 32, 0.0  # dropout masks are drawn per shape
+  for key, value in model.items():
+    c.model[key] = value
+  small = {"num_latents": 4, "num_features": 8, "proj_len": 8, "packed_len": 4, "window": 8}
+  for block in c.mixers.values():
+    for key, value in small.items():
+      if key in block:
+        block[key] = value
+  return c
+
+
+CASES = {**{name: (name, {}, False) for name in sorted(MIXERS)},
+         # Learned positions and the CLS token (one more position); both documents of a pair.
+         "latte+cls+learned": ("latte", {"pooling": "cls", "pos_encoding": "learned"}, False),
+         "linformer+cls": ("linformer", {"pooling": "cls"}, False),
+         "latte+dual": ("latte", {}, True)}
+
+
+def _per_shape(jitted):
+  """`jitted`, compiled with FAST_COMPILE once per set of argument shapes."""
+  programs = {}
+
+  def call(*args):
+    key = str(jax.tree.map(np.shape, args))
+    if key not in programs:
+      programs[key] = jitted.lower(*args).compile(FAST_COMPILE)
+    return programs[key](*args)
+  return call
+
+
+def _case(case):
+  """The model of a case, its initial parameters, and train and eval data of lengths <= 30 (so
+  per-batch padding cuts every batch from 40 to 32 positions: one shape per mode)."""
+  mixer, model_overrides, dual = CASES[case]
+  spec = TaskSpec(vocab_size=12, seq_len=40, num_classes=3, dual=dual)
+  model = build_model(_config(mixer, **model_overrides), spec)
+  params = _per_shape(jax.jit(lambda key: model.init(key, train.example_batch(spec, 1),
+                                                    deterministic=True)))(jax.random.PRNGKey(0))
+  train_arrays, eval_arrays = _arrays(24, spec, seed=1, low=5), _arrays(10, spec, seed=2, low=5)
+  for arrays in (train_arrays, eval_arrays):
+    for key in arrays:
+      if key != "label":
+        arrays[key][:, 30:] = 0
+  return spec, model, params, train_arrays, eval_arrays
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_mixer_scores_a_batch_cut_to_its_length_as_the_full_batch(case):
+  spec, model, params, arrays, _ = _case(case)
+  forward = _per_shape(jax.jit(lambda p, b: model.apply(p, b, deterministic=True)))
+  fixed = make_batch(arrays, np.arange(12), spec)
+  cut = make_batch(arrays, np.arange(12), spec, length=PER_BATCH.padded_length(30, 40))
+  assert cut["mask1" if spec.dual else "mask"].shape == (12, 32)
+  want, got = np.asarray(forward(params, fixed)), np.asarray(forward(params, cut))
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+  np.testing.assert_array_equal(got.argmax(-1), want.argmax(-1))  # the same accuracy
+
+
+# Training steps compile the backward pass per shape: one case by default, all of them with -m slow.
+@pytest.mark.parametrize("case", [c if c == "latte+cls+learned" else
+                                  pytest.param(c, marks=pytest.mark.slow) for c in sorted(CASES)])
+def test_per_batch_padding_trains_with_the_fixed_padding_losses_and_accuracies(case):
+  spec, model, params, train_arrays, eval_arrays = _case(case)
+  train_step, eval_step = map(_per_shape, train.make_steps(model, distributed.data_mesh(), 1))
+  results = {}
+  for name, batching in (("fixed", Batching()), ("batch", PER_BATCH)):
+    state = TrainState.create(apply_fn=model.apply, params=jax.tree.map(np.array, params)["params"],
+                              tx=optax.adamw(1e-2))
+    stream = train_batches(train_arrays, spec, 8, seed=0, batching=batching)
+    sums = []
+    for _ in range(3):
+      batch = next(stream)
+      state, step_sums = train_step(state, batch)
+      sums.append(jax.device_get(step_sums))
+    evals = [jax.device_get(eval_step(state, b))
+             for b in eval_batches(eval_arrays, spec, 5, batching=batching)]
+    results[name] = sums, evals, batch["label"].shape, batch["mask1" if spec.dual else "mask"].shape
+  (fixed_sums, fixed_evals, *fixed_shapes), (cut_sums, cut_evals, *cut_shapes) = (
+      results["fixed"], results["batch"])
+  assert fixed_shapes == [(8,), (8, 40)] and cut_shapes == [(8,), (8, 32)]
+  for got, want in zip(cut_sums + cut_evals, fixed_sums + fixed_evals):
+    assert got["correct_sum"] == want["correct_sum"] and got["count"] == want["count"]
+    np.testing.assert_allclose(got["loss_sum"], want["loss_sum"], rtol=1e-4, atol=1e-5)
+  assert fixed_sums[0]["loss_sum"] != fixed_sums[2]["loss_sum"]  # the steps trained something
+
+
+def test_a_run_records_its_batching_and_evaluates_every_example(tmp_path):
+  # Smoke ListOps has lengths 1-32: quantum 16 gives two batch shapes.
+  result = run.run("listops", "softmax", preset="smoke", data_dir=tmp_path / "data",
+                   run_dir=tmp_path / "run", progress=False,
+                   overrides=["train.num_steps=4", "eval.every_steps=4", "checkpoint.every_steps=4",
+                              "data.padding=batch",
+                              "data.pad_quantum=16", "data.bucketing=True"])
+  final = json.loads((tmp_path / "run" / "final.json").read_text())
+  assert final["status"] == "complete"
+  assert final["batching"] == {"padding": "batch", "quantum": 16, "bucketing": True}
+  rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+  assert [r["test/num_examples"] for r in rows if "test/num_examples" in r] == [64]
+  assert result == final

@@ -1,0 +1,145 @@
+"""A researcher's own mixer, kept outside the suite: found by import path or entry point, checked
+by `lra check`, trained by `lra run`, swept, benched, and named in the tables by its source."""
+import csv
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from lra import bench, sweep
+from lra.cli import main
+from lra.config_loading import default_run_dir, resolve_config
+from lra.models.build import build_model
+from lra.models.mixers import default_settings, find_mixer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _readme_example() -> str:
+  """The layer in README.md's "Test your own layer": the README's example is the tested one."""
+  section = (ROOT / "README.md").read_text().split("## Test your own layer", 1)[1]
+  return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+MEAN_GATE = _readme_example()
+# The same layer averaging over every position, pads included: it leaks pads.
+LEAKY = MEAN_GATE.replace("class MeanGate", "class Leaky").replace(
+    "jnp.sum(jnp.where(real, x, 0.0), axis=1) / jnp.maximum(jnp.sum(real, axis=1), 1)",
+    "jnp.mean(x, axis=1)")
+assert LEAKY.count("jnp.mean(x, axis=1)") == 1
+
+
+@pytest.fixture
+def layer_file(tmp_path):
+  path = tmp_path / "my_layers" / "mean_gate.py"
+  path.parent.mkdir()
+  path.write_text(MEAN_GATE + LEAKY[LEAKY.index("class Leaky"):])
+  return path
+
+
+def _sha8(path):
+  return hashlib.sha256(path.read_bytes()).hexdigest()[:8]
+
+
+def test_own_mixer_trains_records_its_source_and_is_tabled(layer_file, tmp_path):
+  spec, results = f"{layer_file}:MeanGate", tmp_path / "results"
+  assert main(["run", "synthetic", spec, "--preset", "smoke", "--quiet", "--data-dir",
+               str(tmp_path / "data"), "--results-dir", str(results),
+               "--config.mixers.MeanGate.hidden=16"]) == 0
+  label = f"MeanGate@{_sha8(layer_file)}"
+  run_dir = results / "runs" / "synthetic" / label / "smoke+mixers.MeanGate.hidden=16_seed0"
+  config = json.loads((run_dir / "config.json").read_text())
+  final = json.loads((run_dir / "final.json").read_text())
+  source = {"spec": spec, "sha256": hashlib.sha256(layer_file.read_bytes()).hexdigest()}
+  assert config["mixer_source"] == source and final["mixer_source"] == source
+  assert config["model"]["mixer"] == "MeanGate" and config["mixers"]["MeanGate"] == {"hidden": 16}
+  assert final["status"] == "complete" and final["mixer"] == label
+
+  assert main(["table", "--results-dir", str(results)]) == 0
+  with open(results / "tables" / "synthetic.csv", newline="") as f:
+    rows = csv.DictReader(line for line in f if not line.startswith("#"))
+    [row] = [r for r in rows if r["source"] == "ours"]
+  assert row["mixer"] == label and row["runs"] == run_dir.name
+  assert float(row["test_accuracy"]) == pytest.approx(100 * final["test_accuracy"])
+
+
+def test_an_edited_file_is_a_new_run_and_the_old_config_refuses_to_build(layer_file, tmp_path):
+  spec = f"{layer_file}:MeanGate"
+  before = resolve_config("synthetic", spec, "smoke")
+  layer_file.write_text(layer_file.read_text() + "\n# hidden=64 works better\n")
+  after = resolve_config("synthetic", spec, "smoke")
+  assert before.mixer_source.sha256 != after.mixer_source.sha256
+  assert default_run_dir(before, tmp_path) != default_run_dir(after, tmp_path)
+  spec_of_task = type("Spec", (), dict(vocab_size=8, seq_len=16, num_classes=2, dual=False))
+  with pytest.raises(ValueError, match="changed since this config was made"):
+    build_model(before, spec_of_task)
+
+
+def test_lra_check_passes_the_good_layer_and_names_what_the_leaky_one_breaks(layer_file,
+                                                                             capsys):
+  assert main(["check", f"{layer_file}:MeanGate", "--config.mixers.MeanGate.hidden=8"]) == 0
+  out = capsys.readouterr().out
+  assert "hidden=8" in out and "meets the mixer contract" in out
+  assert out.count("PASS ") == 9  # every property, memory at T=8192 included
+  assert main(["check", f"{layer_file}:Leaky"]) == 1
+  out = capsys.readouterr().out
+  assert "FAIL  padding invariance" in out and "PASS  shape" in out
+  assert out.strip().splitlines()[-1].endswith("properties fail: padding invariance")
+  assert main(["check", f"{layer_file}:MeanGate", "--config.model.dim=8"]) == 2
+  assert "reads only --config.mixers" in capsys.readouterr().err
+
+
+def test_import_forms_and_their_errors(layer_file, monkeypatch):
+  monkeypatch.syspath_prepend(str(layer_file.parent))
+  by_module = find_mixer("mean_gate:MeanGate")
+  assert by_module.key == "MeanGate" and by_module.source["spec"] == "mean_gate:MeanGate"
+  assert by_module.source["sha256"] == hashlib.sha256(layer_file.read_bytes()).hexdigest()
+  assert default_settings(by_module.cls) == {"hidden": 64}
+  with pytest.raises(KeyError, match="path/to/file.py:ClassName"):
+    find_mixer("MeanGate")
+  with pytest.raises(FileNotFoundError, match="no file"):
+    find_mixer(f"{layer_file.parent}/nope.py:MeanGate")
+  with pytest.raises(KeyError, match="no class Nope.*MeanGate, Leaky"):
+    find_mixer(f"{layer_file}:Nope")
+  with pytest.raises(KeyError, match="no module not_a_module"):
+    find_mixer("not_a_module:MeanGate")
+  layer_file.write_text("class Plain:\n  pass\n")
+  with pytest.raises(ValueError, match="expected a flax.linen.Module with fields dim"):
+    find_mixer(f"{layer_file}:Plain")
+
+
+def test_sweep_and_bench_take_an_import_path(layer_file, tmp_path):
+  spec = f"{layer_file}:MeanGate"
+  [job] = sweep.plan(["synthetic"], [spec], [0], preset="smoke", results_dir=tmp_path)
+  assert job.run_dir == default_run_dir(resolve_config("synthetic", spec, "smoke"), tmp_path)
+  assert job.argv[:3] == ("run", "synthetic", spec)
+  record = bench.measure(spec, 16, 1, dim=16, num_layers=1, num_heads=2, num_steps=1,
+                         warmup_steps=0, min_time_s=0.0)
+  assert record["status"] == "ok" and record["mixer"] == f"MeanGate@{_sha8(layer_file)}"
+
+
+def test_an_installed_package_registers_mixers_by_entry_point(tmp_path, monkeypatch, capsys):
+  """A dist-info folder on sys.path is what `pip install` leaves: its entry_points.txt names the
+  mixer in the lra.mixers group."""
+  package = tmp_path / "tiny_lra_mixers"
+  package.mkdir()
+  (package / "__init__.py").write_text(MEAN_GATE)
+  dist = tmp_path / "tiny_lra_mixers-0.1.dist-info"
+  dist.mkdir()
+  (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-lra-mixers\nVersion: 0.1\n")
+  (dist / "entry_points.txt").write_text("[lra.mixers]\nmean_gate = tiny_lra_mixers:MeanGate\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.delitem(sys.modules, "tiny_lra_mixers", raising=False)
+
+  found = find_mixer("mean_gate")
+  assert found.key == "mean_gate" and found.cls.__name__ == "MeanGate"
+  assert found.source["import"] == "tiny_lra_mixers:MeanGate"
+  assert found.source["distribution"] == "tiny-lra-mixers==0.1"
+  config = resolve_config("synthetic", "mean_gate", "smoke", ["mixers.mean_gate.hidden=4"])
+  assert config.model.mixer == "mean_gate" and config.mixers.mean_gate.hidden == 4
+  sha8 = hashlib.sha256((package / "__init__.py").read_bytes()).hexdigest()[:8]
+  assert default_run_dir(config, tmp_path).parent.name == f"mean_gate@{sha8}"
+  assert main(["list"]) == 0
+  assert "tiny_lra_mixers:MeanGate (installed from tiny-lra-mixers)" in capsys.readouterr().out
