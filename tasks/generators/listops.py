@@ -74,6 +74,8 @@ def generate_examples(num_examples: int, *, min_length: int = 500, max_length: i
   seen: set[str] = set()
   examples: list[tuple[str, int]] = []
   start = last_report = time.time()
+  tty = sys.stderr.isatty()
+  start_of_line, end_of_line = ("\r", "") if tty else ("", "\n")
   while len(examples) < num_examples:
     words: list[str] = []
     budget = [max_length - 1]
@@ -89,12 +91,14 @@ def generate_examples(num_examples: int, *, min_length: int = 500, max_length: i
       continue
     seen.add(source)
     examples.append((source, value))
-    if progress and time.time() - last_report > 2:
+    # A terminal gets one line rewritten every 2 s; a log file a new line every 60 s.
+    if progress and time.time() - last_report > (2 if tty else 60):
       last_report = time.time()
       rate = len(examples) / (last_report - start)
-      print(f"\r  listops: {len(examples)}/{num_examples} examples, {rate:.0f}/s, "
-            f"ETA {(num_examples - len(examples)) / rate:.0f}s", end="", file=sys.stderr)
-  if progress:
+      print(f"{start_of_line}  listops: {len(examples)}/{num_examples} examples, "
+            f"{rate:.0f}/s, ETA {(num_examples - len(examples)) / rate:.0f}s",
+            end=end_of_line, file=sys.stderr)
+  if progress and tty:
     print(file=sys.stderr)
   return examples
 
