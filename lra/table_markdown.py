@@ -47,6 +47,12 @@ def _cell(acc: Any, std: Any = None, n: Any = None, delta: Any = None,
   return text + (f" {CHANCE_MARK}" if at_chance else "")
 
 
+def _count(value: Any) -> str:
+  """An integer with thousands separators; "" when missing (None, or NaN from pandas)."""
+  missing = value is None or (isinstance(value, float) and math.isnan(value))
+  return "" if missing else f"{int(value):,}"
+
+
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
@@ -154,7 +160,7 @@ def _cpu_table(rows: list[dict[str, Any]]) -> str:
         _cell(r["test_accuracy"], r["test_accuracy_std"], at_chance=r["at_chance"]),
         _cell(r["test_accuracy_last"], r["test_accuracy_last_std"]), _published(r),
         _fmt(r["num_steps"], 0),
-        "" if r["examples_seen"] is None else f"{int(r['examples_seen']):,}",
+        _count(r["examples_seen"]),
         _duration(r["wall_time_s"]), _fmt(r["steps_per_s"], 2), r["device"] or ""]
        for r in rows])
 
@@ -178,8 +184,8 @@ def task_markdown(task: str, rows: list[dict[str, Any]], made_by: str) -> str:
         _published(r) + (f" {CHANCE_MARK}" if r["source"] == "published" and r["at_chance"]
                          else ""),
         "" if r["delta"] is None else f"{r['delta']:+.2f} vs {r['published_model']}",
-        _fmt(r["steps_per_s"], 1), "" if r["num_params"] is None else f"{int(r['num_params']):,}",
+        _fmt(r["steps_per_s"], 1), _count(r["num_params"]),
         _fmt(r["seq_len"], 0), _fmt(r["num_steps"], 0),
-        "" if r["examples_seen"] is None else f"{int(r['examples_seen']):,}",
+        _count(r["examples_seen"]),
         _duration(r["wall_time_s"]), r["device"] or "", r["runs"] or r["reference"] or ""])
   return f"# {title}\n\n<!-- {made_by} -->\n\n{LEGEND}\n\n{_md_table(header, body)}\n"

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def write_run(results_dir, task, mixer, preset, seed, test, *, status="complete", val=None,
               best=None, last=None, run=None, config=None, chance=0.1, majority=0.2,
-              curve=((10, 0.5), (20, 0.6))):
+              curve=((10, 0.5), (20, 0.6)), **final_extra):
   """A run directory as lra.train writes it (accuracies as fractions; `test` at the best val
   step, `best` the best test, `last` the last step's test, both defaulting to `test`)."""
   run_dir = results_dir / "runs" / task / mixer / (run or f"{preset}_seed{seed}")
@@ -39,7 +39,7 @@ def write_run(results_dir, task, mixer, preset, seed, test, *, status="complete"
            "test_accuracy_last": test if last is None else last, "chance_accuracy": chance,
            "majority_accuracy": majority, "majority_class": 0, "num_params": 123,
            "steps_per_s": 10.0 + seed, "wall_time_s": 2.0, "seq_len": 64, "device": "cpu:cpu",
-           "num_devices": 1, "git_sha": "abc"}
+           "num_devices": 1, "git_sha": "abc", **final_extra}
   (run_dir / "final.json").write_text(json.dumps(final))
   return run_dir
 
@@ -176,6 +176,19 @@ def test_table_rows_against_hand_computation(grid):
   assert (res / "tables" / "synthetic.csv").exists()
   synthetic = read_csv(res / "tables" / "synthetic.csv")
   assert [r["at_chance"] for r in synthetic] == ["true"]  # 33% on a 2-class task
+
+
+def test_runs_from_before_a_new_final_key_still_tabulate(tmp_path):
+  """Runs written before final.json had `examples_seen` sit beside runs that have it: the column
+  is NaN for them (pandas), and the table shows an empty cell instead of failing."""
+  res = tmp_path / "results"
+  write_run(res, "listops", "latte", "demo", 0, 0.5, examples_seen=640)
+  write_run(res, "listops", "softmax", "demo", 0, 0.4)
+  files = tables.build(res)
+  rows = {line.split("|")[2].strip(): line for line in files["tables/listops.md"].splitlines()
+          if line.startswith("| ours")}
+  assert "| 640 |" in rows["latte"]
+  assert "| 640 |" not in rows["softmax"] and "nan" not in rows["softmax"].lower()
 
 
 def test_check_detects_stale_tables_and_readme(grid, tmp_path, capsys):
