@@ -25,10 +25,15 @@ LEGEND = (
     "five have a number.")
 
 
+def _missing(value: Any) -> bool:
+  """None, or NaN (what pandas puts where a run file has no such key)."""
+  return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _fmt(value: Any, digits: int = 2) -> str:
   if isinstance(value, str):
     return value
-  if value is None or (isinstance(value, float) and math.isnan(value)):
+  if _missing(value):
     return ""
   return f"{float(value):.{digits}f}"
 
@@ -38,7 +43,7 @@ def _cell(acc: Any, std: Any = None, n: Any = None, delta: Any = None,
   if acc is None or acc == "":
     return ""
   text = _fmt(acc)
-  if std is not None and not (isinstance(std, float) and math.isnan(std)):
+  if not _missing(std):
     text += f" ± {_fmt(std)}"
   if n is not None and n > 1:
     text += f" (n={n})"
@@ -49,8 +54,7 @@ def _cell(acc: Any, std: Any = None, n: Any = None, delta: Any = None,
 
 def _count(value: Any) -> str:
   """An integer with thousands separators; "" when missing (None, or NaN from pandas)."""
-  missing = value is None or (isinstance(value, float) and math.isnan(value))
-  return "" if missing else f"{int(value):,}"
+  return "" if _missing(value) else f"{int(value):,}"
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
@@ -60,7 +64,7 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def _duration(seconds: Any) -> str:
-  if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+  if _missing(seconds):
     return ""
   seconds = float(seconds)
   if seconds < 60:
