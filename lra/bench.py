@@ -100,7 +100,7 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
       TrainState.create(apply_fn=model.apply, params=params, tx=optim.make_optimizer(config.train)),
       NamedSharding(mesh, P()))
   record["num_params"] = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
-  train_step, _ = make_steps(model, mesh, dropout_seed=0)
+  train_step, _ = make_steps(model, mesh, dropout_seed=0, dropout_bits=config.train.dropout_bits)
 
   start = time.perf_counter()
   compiled = train_step.lower(state, batch).compile()

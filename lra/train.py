@@ -30,7 +30,7 @@ from flax.training.train_state import TrainState
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from lra import checkpoints, distributed, interrupts, optim, writers
+from lra import checkpoints, distributed, dropout_rng, interrupts, optim, writers
 from lra.config_loading import mixer_label
 from lra.models.build import build_model
 from lra.tasks.contract.batches import Batching, eval_batches, train_batches
@@ -58,15 +58,16 @@ def _weighted_metrics(logits, batch) -> dict[str, jax.Array]:
 
 
 def make_steps(model: nn.Module, mesh: jax.sharding.Mesh, dropout_seed: int,
-               grad_accum_steps: int = 1):
+               grad_accum_steps: int = 1, dropout_bits: str = "threefry"):
   """Jitted train and eval steps: batch sharded over `data`, state replicated.
 
   With `grad_accum_steps=k` the batch [B] is split into k micro-batches of B/k rows (row r goes to
   micro-batch r % k, so each device keeps its own rows) whose loss sums and gradients are added
   before one update: the same update as the whole batch at once, in 1/k of the activation memory.
+  `dropout_bits` names where dropout's random bits come from (lra/dropout_rng.py).
   """
   replicated = NamedSharding(mesh, P())
-  base_key = jax.random.PRNGKey(dropout_seed)
+  base_key = dropout_rng.key(dropout_seed, dropout_bits)
 
   def grads_and_sums(params, batch, key):
     def loss_fn(params):
@@ -163,7 +164,8 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
   mesh = distributed.data_mesh()
   model = build_model(config, spec)
   train_step, eval_step = make_steps(model, mesh, dropout_seed=tc.seed + 1,
-                                     grad_accum_steps=tc.grad_accum_steps)
+                                     grad_accum_steps=tc.grad_accum_steps,
+                                     dropout_bits=tc.dropout_bits)
   return Setup(mesh=mesh, put=BatchPlacer(mesh), model=model,
                tx=optim.make_optimizer(tc), train_step=train_step, eval_step=eval_step,
                batching=batches)

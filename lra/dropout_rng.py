@@ -1,0 +1,53 @@
+"""Dropout keys whose random bits cost half: threefry2x32 blocks with both output words used.
+
+JAX's partitionable threefry hashes one 64-bit counter per 32-bit draw and XORs the two output
+words; dropout costs ~20% of a CPU training step (Latte, 4 layers, D=128, batch 32, T=2000:
+6.2 s with dropout 0.1, 5.1 s without) and most of that is hashing. With paired bits the step
+takes 5.45 s instead of 6.24 s (means of 4 alternating measurements each, alone on 2 cores).
+
+With these keys each threefry2x32 block gives two draws, elements j and j + D/2 of the last axis
+(D even): the same hash and key schedule, half the blocks. Counters are global element indices, so the
+draws do not depend on how the batch is sharded over devices.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.extend.random as jex_random
+import jax.numpy as jnp
+import numpy as np
+
+_THREEFRY = jex_random.threefry_prng_impl
+
+
+def _random_bits(key: jax.Array, bit_width: int, shape: tuple[int, ...]) -> jax.Array:
+  """uint32 draws of `shape` from blocks (0, i), i the row-major index in shape[:-1] + (D/2,)."""
+  if bit_width != 32 or not shape or shape[-1] % 2 or math.prod(shape) // 2 >= 2**32:
+    return _THREEFRY.random_bits(key, bit_width, shape)
+  half = (*shape[:-1], shape[-1] // 2)
+  strides = np.cumprod((1,) + half[:0:-1])[::-1]
+  counter = sum(jax.lax.broadcasted_iota(jnp.uint32, half, axis) * jnp.uint32(stride)
+                for axis, stride in enumerate(strides))
+  first, second = jex_random.threefry2x32_p.bind(key[0], key[1], jnp.zeros_like(counter),
+                                                 counter)
+  return jnp.concatenate([first, second], axis=-1)
+
+
+IMPL = jex_random.define_prng_impl(
+    key_shape=_THREEFRY.key_shape, seed=_THREEFRY.seed, split=_THREEFRY.split,
+    random_bits=_random_bits, fold_in=_THREEFRY.fold_in, name="threefry2x32_paired")
+
+
+BITS = ("threefry", "paired")
+
+
+def key(seed: int, bits: str = "paired") -> jax.Array:
+  """A PRNG key for dropout. bits="threefry": JAX's default key (`jax.random.PRNGKey`), as every
+  run before this option; "paired": the same threefry key data with the paired random bits."""
+  if bits == "threefry":
+    return jax.random.PRNGKey(seed)
+  if bits != "paired":
+    raise ValueError(f"train.dropout_bits must be one of {BITS}, got {bits!r}")
+  return jax.random.wrap_key_data(jax.random.key_data(jax.random.key(seed, impl="threefry2x32")),
+                                  impl=IMPL)
