@@ -134,7 +134,7 @@ def base_config(task: str, preset: str, mixer: str, *,
   # Micro-batches per step: batch_size rows in batch_size/k slices, one update (same gradient).
   c.train.grad_accum_steps = 1
   # Dropout's random bits: "threefry" (JAX's own; every run before 2026-11-24 used it) or
-  # "paired" (both words of each threefry block, half the hashing: a 13% faster CPU step for
+  # "paired" (both words of each threefry block, half the hashing: a 10% faster CPU step for
   # Latte 4x128 at T=2000; lra/dropout_rng.py). The masks differ, the distribution does not.
   c.train.dropout_bits = "threefry"
 

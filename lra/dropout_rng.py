@@ -1,9 +1,9 @@
 """Dropout keys whose random bits cost half: threefry2x32 blocks with both output words used.
 
 JAX's partitionable threefry hashes one 64-bit counter per 32-bit draw and XORs the two output
-words; dropout costs ~20% of a CPU training step (Latte, 4 layers, D=128, batch 32, T=2000:
-6.2 s with dropout 0.1, 5.1 s without) and most of that is hashing. With paired bits the step
-takes 5.45 s instead of 6.24 s (means of 4 alternating measurements each, alone on 2 cores).
+words; dropout costs ~20% of a CPU training step (Latte, 4 layers, D=128, batch 32, T=2000) and
+most of that is hashing. With paired bits the step takes 4.95 s instead of 5.46 s (`lra bench`
+medians, three alternating pairs alone on 2 cores; results/bench/step_dropout_*.md).
 
 With these keys each threefry2x32 block gives two draws, elements j and j + D/2 of the last axis
 (D even): the same hash and key schedule, half the blocks. Counters are global element indices, so the
