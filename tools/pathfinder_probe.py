@@ -13,6 +13,11 @@ with dilated residual convolutions until it spans the image, so it can follow a 
 `--model recurrent` applies one residual convolution many times instead (a learned flood fill);
 `--model plain` is the earlier six-layer CNN. Prints one JSON line per evaluation (step, images
 seen, test accuracy, seconds) and writes them all to --out when given.
+
+Positive control: `--generated DIR --label marker-distance` reads a folder written by
+`lra data generate pathfinder` (its scenes/ sidecar holds the marker positions) and replaces the
+label by "the markers are farther apart than the median": a probe that learns this sees the
+markers and where they are, so a probe stuck at 50% on the real label is stuck on connectivity.
 """
 from __future__ import annotations
 
@@ -91,6 +96,26 @@ def load(cache: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
   return images, np.load(cache / f"{split}.label.npy").astype(np.int32)
 
 
+def load_generated(folder: Path, label: str) -> tuple[np.ndarray, ...]:
+  """Images of a generated curv_* folder (first 80% train, rest test) with the real label or
+  `marker-distance` (marker distance > its median; the 8 symmetries keep distances)."""
+  from PIL import Image
+  from lra.tasks.generators.pathfinder.metadata import read_metadata
+  images, labels, distances = [], [], []
+  for path in sorted((folder / "metadata").glob("*.npy"), key=lambda p: int(p.stem)):
+    markers = np.load(folder / "scenes" / path.name)["markers"]  # [batch, 2, (y, x)]
+    distances.extend(np.hypot(*(markers[:, 0] - markers[:, 1]).T))
+    for fields in read_metadata(path):
+      with Image.open(folder / fields[0] / fields[1]) as image:
+        images.append(np.asarray(image.convert("L"), dtype=np.float32) / 255.0)
+      labels.append(int(fields[3]))
+  x = np.stack(images)[..., None]
+  y = np.asarray(labels if label == "real" else np.asarray(distances) > np.median(distances),
+                 dtype=np.int32)
+  cut = int(0.8 * len(y))
+  return x[:cut], y[:cut], x[cut:], y[cut:]
+
+
 def symmetry(images: np.ndarray, k: int) -> np.ndarray:
   """One of the 8 symmetries of the square (k in 0..7) applied to [B, S, S, 1] images."""
   out = np.rot90(images, k % 4, axes=(1, 2))
@@ -99,7 +124,12 @@ def symmetry(images: np.ndarray, k: int) -> np.ndarray:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--cache", type=Path, required=True, help="a prepared pathfinder cache")
+  source = parser.add_mutually_exclusive_group(required=True)
+  source.add_argument("--cache", type=Path, help="a prepared pathfinder cache")
+  source.add_argument("--generated", type=Path,
+                      help="a curv_* folder of `lra data generate pathfinder` (with scenes/)")
+  parser.add_argument("--label", choices=("real", "marker-distance"), default="real",
+                      help="with --generated: the real label or the positive control")
   parser.add_argument("--model", choices=tuple(MODELS), default="dilated")
   parser.add_argument("--steps", type=int, default=3000)
   parser.add_argument("--batch-size", type=int, default=64)
@@ -111,10 +141,14 @@ def main() -> None:
   parser.add_argument("--out", type=Path, help="write the evaluation records here (JSON)")
   args = parser.parse_args()
 
-  train_x, train_y = load(args.cache, "train")
+  if args.cache and args.label != "real":
+    parser.error("--label marker-distance needs --generated (the marker positions are in scenes/)")
+  if args.cache:
+    (train_x, train_y), (test_x, test_y) = load(args.cache, "train"), load(args.cache, "test")
+  else:
+    train_x, train_y, test_x, test_y = load_generated(args.generated, args.label)
   if args.train_examples:
     train_x, train_y = train_x[:args.train_examples], train_y[:args.train_examples]
-  test_x, test_y = load(args.cache, "test")
   model = MODELS[args.model](args.width)
   params = model.init(jax.random.PRNGKey(args.seed), train_x[:1])
   optimizer = optax.adamw(optax.warmup_cosine_decay_schedule(
@@ -155,7 +189,8 @@ def main() -> None:
   if args.out:
     args.out.write_text(json.dumps({"model": args.model, "width": args.width,
                                     "batch_size": args.batch_size, "num_train": len(train_y),
-                                    "num_test": len(test_y), "cache": str(args.cache),
+                                    "num_test": len(test_y), "cache": str(args.cache or args.generated),
+                                    "label": args.label,
                                     "seed": args.seed, "curve": records}, indent=2) + "\n")
 
 
