@@ -8,6 +8,7 @@ from __future__ import annotations
 import concurrent.futures
 import datetime
 import multiprocessing
+import os
 import resource
 import statistics
 import sys
@@ -269,6 +270,24 @@ def _num(x, fmt: str) -> str:
   return "-" if x is None else format(x, fmt)
 
 
+def recorded_command(argv: Sequence[str] | None = None) -> str:
+  """The `lra bench ...` line a generated file names, without this machine in it: paths under the
+  current folder become relative and the home folder becomes ~, so the line re-runs from a
+  checkout anywhere."""
+  argv = list(sys.argv if argv is None else argv)
+  if argv[1:2] != ["bench"]:
+    return "lra bench"
+  cwd, home = os.getcwd() + os.sep, os.path.expanduser("~")
+  words = []
+  for word in argv[2:]:
+    if word.startswith(cwd):
+      word = word[len(cwd):]
+    elif word.startswith(home + os.sep):
+      word = "~" + word[len(home):]
+    words.append(word)
+  return " ".join(["lra bench", *words])
+
+
 def markdown(records: list[dict[str, Any]], command: str, sha: str | None = None) -> str:
   """The generated table: provenance, per-record numbers with ratios, exponents per mixer."""
   summary = summarise(records)
@@ -376,7 +395,7 @@ def main(args, overrides: Sequence[str]) -> int:
     return bench_epoch.main(args, overrides)
   mixers = args.mixers.split(",") if args.mixers else _all_mixers()
   lengths = [int(t) for t in args.lengths.split(",")]
-  command = "lra bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "lra bench"
+  command = recorded_command()
   records = run_bench(mixers, lengths, args.batch, dim=args.dim, num_layers=args.layers,
                       num_heads=args.heads, overrides=overrides, num_steps=args.steps,
                       warmup_steps=args.warmup, min_time_s=args.min_time,

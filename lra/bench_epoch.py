@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
-from lra import run, train, writers
+from lra import bench, run, train, writers
 from lra.bench import _flops
 from lra.config_loading import resolve_config
 from lra.tasks.contract.batches import Batching, epoch_plan, example_lengths, make_batch
@@ -182,7 +182,7 @@ def markdown(result: dict[str, Any], command: str, sha: str | None = None) -> st
 
 def main(args, overrides: Sequence[str]) -> int:
   """`lra bench --epoch TASK`: the table on stdout; --json and --md write it too."""
-  command = "lra bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "lra bench"
+  command = bench.recorded_command()
   mixers = args.mixers.split(",") if args.mixers else ["latte"]
   modes = args.modes.split(",")
   for mode in modes:

@@ -89,3 +89,13 @@ def test_epoch_mode_plans_each_batching_mode_and_counts_its_compiles(tmp_path, c
     assert r["epoch_s"] == pytest.approx(sum(step_s[int(t)] * n
                                              for t, n in r["length_counts"].items()))
   assert "| bucketing | 16 |" in capsys.readouterr().out
+
+
+def test_recorded_command_names_no_machine_paths(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setenv("HOME", "/home/someone")
+  argv = ["lra", "bench", "--epoch", "listops", "--data-dir", "/home/someone/.cache/lra",
+          "--json", str(tmp_path / "results" / "e.json"), "--md", "/elsewhere/e.md"]
+  assert bench.recorded_command(argv) == ("lra bench --epoch listops --data-dir ~/.cache/lra "
+                                          "--json results/e.json --md /elsewhere/e.md")
+  assert bench.recorded_command(["python", "-m", "x"]) == "lra bench"

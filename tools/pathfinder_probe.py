@@ -189,7 +189,7 @@ def main() -> None:
   if args.out:
     args.out.write_text(json.dumps({"model": args.model, "width": args.width,
                                     "batch_size": args.batch_size, "num_train": len(train_y),
-                                    "num_test": len(test_y), "cache": str(args.cache or args.generated),
+                                    "num_test": len(test_y), "cache": (args.cache or args.generated).name,
                                     "label": args.label,
                                     "seed": args.seed, "curve": records}, indent=2) + "\n")
 
