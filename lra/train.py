@@ -278,6 +278,10 @@ class RunFiles:
     if self.lead:
       run_dir.mkdir(parents=True, exist_ok=True)
       writers.write_json_atomic(run_dir / "config.json", config.to_dict())
+    # The step an earlier, checkpoint-less attempt reached, whose curve is now replaced.
+    old_curve = run_dir / "metrics.jsonl"
+    self.replaced_step = 0 if resume_step or not old_curve.exists() else max(
+        (r.get("step", 0) for r in writers.read_metrics(old_curve)), default=0)
     self.metrics = writers.MetricsWriter(run_dir / "metrics.jsonl", resume_step or None,
                                          enabled=self.lead)
     self.context = {**label_baselines(data), **writers.environment()}
@@ -353,6 +357,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
     bar = Progress(config.train.num_steps, enabled=progress and files.lead)
     if start_step:
       bar.message(f"resuming {run_dir} from step {start_step}")
+    elif files.replaced_step and files.lead:
+      # Checkpoints are not in git: a run dir carried to a new machine has curves but no state.
+      # Said even with --quiet: the old curve is about to be replaced.
+      print(f"lra: {run_dir} reached step {files.replaced_step} but holds no checkpoint "
+            f"(checkpoints/ is not in git): starting again from step 0", file=sys.stderr)
     return _loop(config, data, s, state, book, start_step, ckpt, files, bar)
   except distributed.PeerLost:
     ckpt = None  # closing waits for saves in flight, whose barriers need the lost process

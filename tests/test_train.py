@@ -187,3 +187,23 @@ def test_diff_names_what_differs(smoke_run, tmp_path, capsys):
   assert "scores" not in out and "device" not in out
   assert main(["diff", str(a), str(a)]) == 0
   assert "no differences" in capsys.readouterr().out
+
+
+def test_a_run_dir_without_checkpoints_starts_again_and_says_so(tmp_path, capsys):
+  """A committed partial run on a fresh machine has its curve but no checkpoint (not in git)."""
+  import shutil
+  kwargs = dict(preset="smoke", data_dir=tmp_path / "data", run_dir=tmp_path / "run",
+                progress=False, overrides=["train.num_steps=4", "eval.every_steps=2",
+                                           "train.log_every_steps=1", "checkpoint.every_steps=2"])
+  first = run.run("listops", "softmax", **kwargs)
+  run_dir = tmp_path / "run"
+  shutil.rmtree(run_dir / "checkpoints")
+  (run_dir / "final.json").write_text(json.dumps({**first, "status": "running"}))
+  capsys.readouterr()
+  again = run.run("listops", "softmax", **kwargs)
+  assert "reached step 4 but holds no checkpoint" in capsys.readouterr().err
+  assert again["status"] == "complete"
+  for key in ("val_accuracy", "test_accuracy", "best_test_accuracy", "test_accuracy_last"):
+    assert again[key] == first[key], key  # seeded: the same run again, from step 0
+  rows = read_metrics(run_dir / "metrics.jsonl")
+  assert [r["step"] for r in rows if "train/loss" in r] == [1, 2, 3, 4]  # replaced, not appended
