@@ -16,7 +16,9 @@ MIXER_HELP = ("a registered mixer (lra list), your own as path/to/file.py:ClassN
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
-  p.add_argument("--preset", default="paper", help="paper (default), lra, smoke or demo")
+  from lra.configs.common import CPU_PRESETS, PRESETS  # light: ml_collections only
+  p.add_argument("--preset", default="paper",
+                 help=f"{', '.join(PRESETS + CPU_PRESETS)} (default paper; listed by `lra list`)")
   p.add_argument("--data-dir", type=Path, help="prepared data root (default $LRA_DATA_DIR or "
                  "~/.cache/lra)")
   p.add_argument("--run-dir", type=Path, help="default results/runs/TASK/MIXER/PRESET_seedN")

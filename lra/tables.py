@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from lra import results
+from lra.configs.common import CPU_PRESETS  # the one list; re-exported for table_markdown
 
 LRA_TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 AVG_TASKS = LRA_TASKS[:5]  # the LRA average leaves Path-X out (every baseline FAILs it)
@@ -35,7 +36,6 @@ LRA_NUM_CLASSES = {"listops": 10, "text": 2, "retrieval": 2, "image": 10, "pathf
 # the LRA task at full length with small models on a CPU (published numbers beside, no Δ: other
 # models), and the small sanity-check presets.
 PROTOCOL_PRESETS = ("paper", "lra")
-CPU_PRESETS = ("laptop",)
 # statistic name -> (the column holding ours, what it is)
 STATISTICS = {
     "best_test": ("best_test_accuracy", "best test accuracy over evaluations (the Latte papers' "
