@@ -358,10 +358,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
     if start_step:
       bar.message(f"resuming {run_dir} from step {start_step}")
     elif files.replaced_step and files.lead:
-      # Checkpoints are not in git: a run dir carried to a new machine has curves but no state.
-      # Said even with --quiet: the old curve is about to be replaced.
+      # Checkpoints are ignored by git: a run dir cloned to a new machine has curves but no state
+      # unless its checkpoint was added by hand. Said even with --quiet: the curve is replaced.
       print(f"lra: {run_dir} reached step {files.replaced_step} but holds no checkpoint "
-            f"(checkpoints/ is not in git): starting again from step 0", file=sys.stderr)
+            f"(checkpoints/ is ignored by git unless added with git add -f): starting again "
+            f"from step 0", file=sys.stderr)
     return _loop(config, data, s, state, book, start_step, ckpt, files, bar)
   except distributed.PeerLost:
     ckpt = None  # closing waits for saves in flight, whose barriers need the lost process

@@ -207,3 +207,65 @@ def test_a_run_dir_without_checkpoints_starts_again_and_says_so(tmp_path, capsys
     assert again[key] == first[key], key  # seeded: the same run again, from step 0
   rows = read_metrics(run_dir / "metrics.jsonl")
   assert [r["step"] for r in rows if "train/loss" in r] == [1, 2, 3, 4]  # replaced, not appended
+
+
+def _git(cwd, *args):
+  import subprocess
+  subprocess.run(["git", "-c", "user.name=lra-test", "-c", "user.email=lra@test", *args],
+                 cwd=cwd, check=True, capture_output=True)
+
+
+def test_a_partial_run_carried_through_git_resumes_on_the_clone(tmp_path, monkeypatch, capsys):
+  """README "Run folders": stop, `git add -f` the newest checkpoint and best/, commit; the same
+  command on a clone (another absolute path) resumes there and ends as an uninterrupted run."""
+  import os
+  import shutil
+  import signal
+  from pathlib import Path
+  from lra import checkpoints
+
+  overrides = ["train.num_steps=8", "eval.every_steps=2", "train.log_every_steps=1",
+               "checkpoint.every_steps=2", "checkpoint.keep=2"]
+  data_dir = tmp_path / "data"
+  reference = run.run("listops", "softmax", preset="smoke", data_dir=data_dir,
+                      run_dir=tmp_path / "clean", progress=False, overrides=overrides)
+
+  repo, relative = tmp_path / "repo", Path("results/runs/listops/softmax/carried")
+  repo.mkdir()
+  shutil.copy(Path(__file__).resolve().parents[1] / ".gitignore", repo / ".gitignore")
+  save = checkpoints.Checkpointer.save
+
+  def save_then_stop(self, step, *args, **kwargs):  # a SIGTERM arriving just after step 4's save
+    save(self, step, *args, **kwargs)
+    if step == 4 and not kwargs.get("best"):
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  monkeypatch.setattr(checkpoints.Checkpointer, "save", save_then_stop)
+  stopped = run.run("listops", "softmax", preset="smoke", data_dir=data_dir,
+                    run_dir=repo / relative, progress=False, overrides=overrides)
+  monkeypatch.setattr(checkpoints.Checkpointer, "save", save)
+  assert stopped["status"] == "interrupted" and 4 <= stopped["step"] < 8
+  ckpt_dir = repo / relative / "checkpoints"
+  steps = sorted(int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit())
+  assert len(steps) == 2  # keep=2: only the newest is carried
+
+  _git(repo, "init", "-q")
+  _git(repo, "add", "-A")
+  _git(repo, "add", "-f", str(relative / "checkpoints" / str(steps[-1])),
+       str(relative / "checkpoints" / "best"))
+  _git(repo, "commit", "-q", "-m", "partial run")
+  _git(tmp_path, "clone", "-q", str(repo), "clone")
+  carried = tmp_path / "clone" / relative
+  assert {p.name for p in (carried / "checkpoints").iterdir()} == {"best", str(steps[-1])}
+
+  capsys.readouterr()
+  resumed = run.run("listops", "softmax", preset="smoke", data_dir=data_dir, run_dir=carried,
+                    progress=False, overrides=overrides)
+  assert "holds no checkpoint" not in capsys.readouterr().err
+  assert resumed["status"] == "complete" and resumed["step"] == 8
+  for key in ("best_step", "val_accuracy", "test_accuracy", "best_test_accuracy",
+              "test_accuracy_last"):
+    assert resumed[key] == reference[key], key
+  strip = lambda rows: [{k: v for k, v in r.items() if k != "train/steps_per_s"} for r in rows]  # noqa: E731
+  assert (strip(read_metrics(carried / "metrics.jsonl"))
+          == strip(read_metrics(tmp_path / "clean" / "metrics.jsonl")))
