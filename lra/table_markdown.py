@@ -118,7 +118,9 @@ def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
   parts.append("The full LRA task data at full length, with a model small enough to train on a "
                "laptop CPU: the same model for every mixer, so the ordering of mixers is "
                "informative, but not the papers' models, so the published numbers of the same "
-               "mixer are shown beside ours without a Δ.")
+               "mixer are shown beside ours without a Δ. Wall time: training with its "
+               "evaluations, summed over a run's parts; steps/s: training steps per second in "
+               "the run's last log window (evaluations excluded).")
   parts.append(_cpu_table(cpu_rows) if cpu_rows else
                "No complete run with the `laptop` preset yet: `lra run listops MIXER --preset "
                "laptop`.")
