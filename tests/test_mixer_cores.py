@@ -65,6 +65,25 @@ def test_core_matches_naive_formula(core, naive, qk_dim):
   assert np.isfinite(got).all()
 
 
+def test_softmax_in_query_chunks_matches_the_naive_formula_and_its_gradients():
+  """query_chunk=3 on T=7: two full chunks and a padded one; values and gradients of all three
+  inputs as in one piece (the chunks recompute their weights in the backward pass)."""
+  q, k, v, mask = _inputs(2, DH)
+  chunked = np.asarray(softmax.softmax_attention(q, k, v, mask, query_chunk=3))
+  real = mask[:, :, None, None].repeat(H, 2).repeat(DH, 3)
+  np.testing.assert_allclose(chunked[real], _naive_softmax(q, k, v, mask)[real], rtol=2e-5,
+                             atol=2e-5)
+  cotangent = np.random.default_rng(3).normal(size=v.shape).astype(np.float32) * real
+
+  def loss(chunk):
+    return lambda q, k, v: jnp.sum(softmax.softmax_attention(q, k, v, mask, query_chunk=chunk)
+                                   * cotangent)
+  for got, want in zip(jax.grad(loss(3), argnums=(0, 1, 2))(q, k, v),
+                       jax.grad(loss(0), argnums=(0, 1, 2))(q, k, v)):
+    assert np.abs(np.asarray(want)).max() > 1e-3
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_latte_is_not_softmax_over_all_positions():
   """Guards the test above: including pads in the time softmax must change real outputs."""
   q, k, v, mask = _inputs(1, L)
