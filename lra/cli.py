@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="best validation step (default) or the latest checkpoint")
   evaluate.add_argument("--split", default="test", help="train, val or test (default)")
   evaluate.add_argument("--data-dir", type=Path)
+  evaluate.add_argument("--predictions", type=Path, metavar="FILE.npy",
+                        help="also save the predicted class of every example of the split, in "
+                        "the prepared split's order ([N] int32)")
 
   diff = sub.add_parser("diff", help="what differs between two runs: config, data, code, "
                         "versions, device, scores")
@@ -256,11 +259,13 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
   if args.command == "eval":
     from lra import evaluation
     record = evaluation.evaluate_run(args.run_dir, checkpoint=args.checkpoint, split=args.split,
-                                     data_dir=args.data_dir)
+                                     data_dir=args.data_dir, predictions=args.predictions)
     print(f"{args.run_dir}: {record['checkpoint']} checkpoint (step {record['step']}) on "
           f"{record['split']}: accuracy {100 * record[args.split + '/accuracy']:.2f}%, loss "
           f"{record[args.split + '/loss']:.4f} over {record[args.split + '/num_examples']} "
           f"examples; appended to {args.run_dir / evaluation.EVALS_FILE}")
+    if args.predictions:
+      print(f"predicted classes: {args.predictions}")
     return 0
   from lra import data_commands, run  # deferred: `lra --help` should not wait for JAX
   if args.command in (None, "run"):

@@ -2,7 +2,8 @@
 
 The model is rebuilt from the run's own config.json and the data from its cache, so the number
 means what the run's numbers mean. Each evaluation is printed and appended to the run's
-evals.jsonl with the checkpoint, step, split and provenance.
+evals.jsonl with the checkpoint, step, split and provenance. `--predictions FILE` also saves the
+predicted class of every example, for looking at what a model gets right, not only how often.
 """
 from __future__ import annotations
 
@@ -11,17 +12,24 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import ml_collections
+import numpy as np
+from flax.training.train_state import TrainState
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra import checkpoints, train, writers
 from lra.run import default_data_dir, load_data
+from lra.tasks.contract.batches import indexed_eval_batches
+from lra.tasks.contract.cache import PreparedData
 
 CHECKPOINTS = ("best", "last")
 EVALS_FILE = "evals.jsonl"
 
 
 def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test",
-                 data_dir: Path | None = None) -> dict[str, Any]:
+                 data_dir: Path | None = None, predictions: Path | None = None) -> dict[str, Any]:
   """Restores a checkpoint of `run_dir` and evaluates it on `split`; returns the record.
 
   Args:
@@ -29,6 +37,8 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
     checkpoint: "best" (the best validation step, checkpoints/best/) or "last" (the latest).
     split: "train", "val" or "test".
     data_dir: the prepared-data root (default $LRA_DATA_DIR or ~/.cache/lra).
+    predictions: if given, the predicted class of every example of `split`, in the prepared
+      split's order, is saved there ([N] int32, `np.save`).
   Raises:
     FileNotFoundError: no config.json, or no checkpoint of that kind.
     ValueError: an unknown checkpoint kind or split.
@@ -54,6 +64,9 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
           f"{run_dir} has no {checkpoint} checkpoint (checkpoints/ is not kept in git; rerun "
           f"`lra run {config.task} {config.model.mixer} --preset {config.preset}` to make one).")
     metrics = train.evaluate(s, state, data, split, config.eval.batch_size)
+    if predictions is not None:
+      with open(predictions, "wb") as f:  # np.save(path) would add ".npy" to other names
+        np.save(f, predict(s, state, data, split, config.eval.batch_size))
   finally:
     ckpt.close()
   env = writers.environment()
@@ -64,3 +77,19 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
   with open(run_dir / EVALS_FILE, "a") as f:
     f.write(json.dumps(record, sort_keys=True) + "\n")
   return record
+
+
+def predict(s: train.Setup, state: TrainState, data: PreparedData, split: str,
+            batch_size: int) -> np.ndarray:
+  """The predicted class (argmax of the logits) of every example of `split`: [N] int32."""
+  classes = jax.jit(
+      lambda params, batch: jnp.argmax(
+          s.model.apply({"params": params}, batch, deterministic=True), axis=-1),
+      out_shardings=NamedSharding(s.mesh, P()))  # every host gets the whole batch's classes
+  arrays = data.split(split)
+  predicted = np.full(len(arrays["label"]), -1, np.int32)
+  rows = s.put.rows(batch_size)
+  for indices, batch in indexed_eval_batches(arrays, data.spec, batch_size, rows, s.batching):
+    predicted[indices] = jax.device_get(classes(state.params, s.put(batch, batch_size)))[
+        :len(indices)]
+  return predicted

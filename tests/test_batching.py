@@ -13,7 +13,7 @@ from lra.configs.common import base_config
 from lra.models.build import build_model
 from lra.models.mixers import MIXERS
 from lra.tasks.contract.batches import (Batching, epoch_plan, eval_batches, example_lengths,
-                                        make_batch, train_batches)
+                                        indexed_eval_batches, make_batch, train_batches)
 from lra.tasks.contract.spec import TaskSpec
 from lra.writers import read_metrics
 
@@ -35,6 +35,24 @@ def _arrays(n, spec=SPEC, seed=0, low=1):
     arrays[key] = tokens
   arrays["label"] = rng.integers(0, spec.num_classes, n).astype(np.int32)
   return arrays
+
+
+@pytest.mark.parametrize("batching", [Batching(), BUCKETS], ids=["fixed", "bucketing"])
+def test_indexed_eval_batches_name_the_examples_of_their_rows(batching):
+  """Row r < len(indices) of each batch is example indices[r] (what `lra eval --predictions`
+  relies on to put each prediction back in data order); every example appears once."""
+  arrays = _arrays(45)
+  seen = []
+  for indices, batch in indexed_eval_batches(arrays, SPEC, 16, batching=batching):
+    real = len(indices)
+    assert batch["weight"][:real].all() and not batch["weight"][real:].any()
+    np.testing.assert_array_equal(batch["label"][:real], arrays["label"][indices])
+    width = batch["inputs"].shape[1]
+    np.testing.assert_array_equal(batch["inputs"][:real], arrays["inputs"][indices, :width])
+    seen.extend(indices)
+  assert sorted(seen) == list(range(45))
+  if batching.bucketing:
+    assert seen != sorted(seen)  # length order, so the indices carry information
 
 
 def test_padded_length_is_the_longest_rounded_up_to_the_quantum_at_most_t():

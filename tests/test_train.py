@@ -168,6 +168,22 @@ def test_eval_reproduces_both_reported_scores(smoke_run, capsys):
   assert "not a run directory" in capsys.readouterr().err
 
 
+def test_eval_saves_the_predicted_class_of_every_example(smoke_run, tmp_path):
+  """`lra eval --predictions F`: one class per test example, in the cache's order; scored against
+  the cache's labels they give the accuracy the run reported (the batches' index bookkeeping
+  under length buckets: tests/test_batching.py)."""
+  from lra.cli import main
+  root, result = smoke_run
+  out = tmp_path / "predicted"
+  assert main(["eval", str(root / "run"), "--split", "test", "--predictions", str(out),
+               "--data-dir", str(root / "data")]) == 0
+  predicted = np.load(out)
+  labels = np.asarray(PreparedData(_smoke_cache(root / "data")).split("test")["label"])
+  assert predicted.shape == labels.shape and predicted.dtype == np.int32
+  assert ((predicted >= 0) & (predicted < 10)).all()
+  assert np.mean(predicted == labels) == pytest.approx(result["test_accuracy"], abs=1e-6)
+
+
 def test_diff_names_what_differs(smoke_run, tmp_path, capsys):
   import shutil
   from lra.cli import main

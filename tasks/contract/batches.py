@@ -219,10 +219,20 @@ def eval_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: i
 
   `rows=(start, stop)` yields only those rows of every (padded) global batch.
   """
+  for _, batch in indexed_eval_batches(arrays, spec, batch_size, rows, batching):
+    yield batch
+
+
+def indexed_eval_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: int,
+                         rows: tuple[int, int] | None = None, batching: Batching = Batching()
+                         ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+  """eval_batches with each global batch's example indices: its first len(indices) rows are
+  those examples, in that order; the rest are weight-0 filler."""
   batching.check(spec.seq_len)
   n = len(arrays["label"])
   lengths = (example_lengths(arrays, spec) if batching.padding == "batch"
              else np.full(n, spec.seq_len, np.int64))
   start, stop = rows or (0, batch_size)
   for indices, length in eval_plan(lengths, spec, batch_size, batching):
-    yield make_batch(arrays, indices[start:stop], spec, num_rows=stop - start, length=length)
+    yield indices, make_batch(arrays, indices[start:stop], spec, num_rows=stop - start,
+                              length=length)
