@@ -54,6 +54,11 @@ def test_rules_on_generated_data_and_a_model_that_is_the_whole_tree(release, tmp
   assert oracle["accuracy"] == 1.0
   assert oracle["rules"]["the whole tree"]["agreement"] == 1.0
   assert oracle["rules"]["majority class"]["agreement"] == pytest.approx(scores["majority class"])
+  by_operator = oracle["by_outermost_operator"]
+  assert sum(o["count"] for o in by_operator.values()) == 300
+  for o in by_operator.values():
+    assert o["accuracy"] == 1.0 and o["predicted"] == o["label"]
+  assert np.argmax(by_operator["[MAX"]["label"]) >= 5  # the maximum of 2+ digits runs high
   with pytest.raises(ValueError, match="predictions for 300 test examples"):
     rules.main(["--data", str(release), "--predictions", f"short={tmp_path / 'short.npy'}"])
 

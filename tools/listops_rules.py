@@ -12,9 +12,9 @@ the task's own evaluation, so it must score 100% (a check of the parser).
 
 For each --predictions NAME=FILE (an [N] array of classes in the test split's order, from
 `lra eval --predictions`): the model's accuracy (it must equal the one `lra eval` printed), how
-often it predicts what each rule predicts, and its accuracy where that rule is right and where it
-is wrong. A model at a rule's accuracy that agrees with it on nearly every example has learned
-that rule.
+often it predicts what each rule predicts, its accuracy where that rule is right and where it is
+wrong, and, per outermost operator, its accuracy and how often it predicts each class. A model
+right where a rule is right and wrong where it is wrong has learned little more than that rule.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ import numpy as np
 from lra.tasks.generators.listops import evaluate
 
 Tree = Union[int, tuple]  # a digit, or (operator, *arguments)
+NUM_CLASSES = 10
 RULE_DEPTHS = (1, 2, 3)
 
 
@@ -106,9 +107,10 @@ def rule_predictions(train: list[tuple[Tree, int]], test: list[tuple[Tree, int]]
   return predictions
 
 
-def report(rules: dict[str, np.ndarray], labels: np.ndarray,
+def report(rules: dict[str, np.ndarray], labels: np.ndarray, operators: np.ndarray,
            models: dict[str, np.ndarray]) -> dict:
-  """Accuracies of the rules and models, and each model's agreement with each rule."""
+  """Accuracies of the rules and models, each model's agreement with each rule, and each model's
+  predictions per outermost operator (`operators`: [N] str)."""
   out = {"num_test": len(labels),
          "rules": {name: float(np.mean(p == labels)) for name, p in rules.items()},
          "models": {}}
@@ -124,7 +126,16 @@ def report(rules: dict[str, np.ndarray], labels: np.ndarray,
           "accuracy_where_rule_right": float(np.mean(predicted[right] == labels[right])),
           "accuracy_where_rule_wrong": (float(np.mean(predicted[~right] == labels[~right]))
                                         if (~right).any() else None)}
-    out["models"][model] = {"accuracy": float(np.mean(predicted == labels)), "rules": per_rule}
+    by_operator = {}
+    for operator in sorted(set(operators)):
+      rows = operators == operator
+      by_operator[operator] = {
+          "count": int(rows.sum()),
+          "accuracy": float(np.mean(predicted[rows] == labels[rows])),
+          "predicted": np.bincount(predicted[rows], minlength=NUM_CLASSES).tolist(),
+          "label": np.bincount(labels[rows], minlength=NUM_CLASSES).tolist()}
+    out["models"][model] = {"accuracy": float(np.mean(predicted == labels)), "rules": per_rule,
+                            "by_outermost_operator": by_operator}
   return out
 
 
@@ -136,7 +147,13 @@ def markdown(result: dict) -> str:
                          for m in result["models"].values())
     lines.append(f"| {name} | {100 * accuracy:.2f} |{agreements}")
   for model, m in result["models"].items():
-    lines.append(f"\n{model}: test accuracy {100 * m['accuracy']:.2f}%")
+    lines.append(f"\n{model}: test accuracy {100 * m['accuracy']:.2f}%; per outermost operator, "
+                 "accuracy and the classes it predicts (share of that operator's examples):")
+    for operator, o in m["by_outermost_operator"].items():
+      shares = ", ".join(f"{c}: {100 * n / o['count']:.0f}%"
+                         for c, n in enumerate(o["predicted"]) if n)
+      lines.append(f"- {operator} ({o['count']} examples): {100 * o['accuracy']:.1f}%; "
+                   f"predicts {shares}")
   return "\n".join(lines)
 
 
@@ -152,6 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
   train = list(read_split(args.data, "train", args.fit))
   test = list(read_split(args.data, "test"))
   labels = np.array([label for _, label in test])
+  operators = np.array([tree[0] if isinstance(tree, tuple) else "digit" for tree, _ in test])
   models = {}
   for item in args.predictions:
     name, sep, path = item.partition("=")
@@ -159,7 +177,7 @@ def main(argv: list[str] | None = None) -> dict:
       parser.error(f"--predictions takes NAME=FILE.npy, got {item!r}")
     models[name] = np.load(path)
   result = {"data": str(args.data), "fit": len(train),
-            **report(rule_predictions(train, test), labels, models)}
+            **report(rule_predictions(train, test), labels, operators, models)}
   print(markdown(result))
   if args.json:
     args.json.write_text(json.dumps(result, indent=1) + "\n")
