@@ -10,19 +10,40 @@ from pathlib import Path
 from typing import Sequence
 
 DEMO = ("listops", "latte", "demo")
-LOCAL_RESULTS = "local"  # results/local/runs/...: the bare demo's runs, kept out of git
+# A user's runs and tables go here by default (git-ignored), apart from the repository's committed
+# results/runs/ and results/tables/, which `--results-dir results` (runs) and `lra table
+# --committed` (tables, README block) write on purpose.
+LOCAL_RESULTS = Path("results/local")
+COMMITTED_RESULTS = Path("results")
 MIXER_HELP = ("a registered mixer (lra list), your own as path/to/file.py:ClassName or "
               "module.path:ClassName, or one an installed package registers (lra.mixers)")
+DEMO_HELP = ("With no command, `lra` runs the demo: bidirectional Latte (4 layers, D=64) trains "
+             "4,000 steps on generated ListOps (depth <= 4, 8-80 tokens: easier than LRA's) and "
+             "prints its test accuracy beside the majority class's; about 5 minutes on a laptop "
+             "CPU. Its run folder is results/local/runs/listops/latte/demo_seed0 (git-ignored); "
+             "run `lra` again to see the result, delete the folder to train again. The options "
+             "below apply to the demo; each command has its own --help.")
 
 
-def _add_run_args(p: argparse.ArgumentParser) -> None:
+def _add_run_args(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
   from lra.configs.common import CPU_PRESETS, PRESETS  # light: ml_collections only
-  p.add_argument("--preset", default="paper",
-                 help=f"{', '.join(PRESETS + CPU_PRESETS)} (default paper; listed by `lra list`)")
+  if demo:  # the top level: the bare demo's own defaults, as `lra --help` shows them
+    preset_help = "demo (the default here) or smoke (seconds); `lra list` shows every preset"
+    run_dir_help = "default results/local/runs/listops/latte/demo_seed0"
+  else:
+    preset_help = (f"{', '.join(PRESETS + CPU_PRESETS)} (default paper: the Latte paper's "
+                   "settings, accelerator-sized; laptop: ListOps on a CPU; `lra list`)")
+    run_dir_help = ("default RESULTS_DIR/runs/TASK/MIXER/PRESET[+CHANGES]_seedN "
+                    "(`--dry-run` prints it)")
+  p.add_argument("--preset", default="paper", help=preset_help)
   p.add_argument("--data-dir", type=Path, help="prepared data root (default $LRA_DATA_DIR or "
                  "~/.cache/lra)")
-  p.add_argument("--run-dir", type=Path, help="default results/runs/TASK/MIXER/PRESET_seedN")
-  p.add_argument("--results-dir", type=Path, default=Path("results"))
+  p.add_argument("--run-dir", type=Path, help=run_dir_help)
+  p.add_argument("--results-dir", type=Path, help="where run folders go (default results/local, git-ignored; `results` is "
+                 "the repository's committed runs)")
+  p.add_argument("--dry-run", action="store_true", help="print the resolved config (each value "
+                 "with its source: default, preset or command line), the data cache and the run "
+                 "folder; train nothing")
   p.add_argument("--quiet", action="store_true", help="no progress line")
   p.add_argument("--distributed", action="store_true",
                  help="multi-host: call jax.distributed.initialize() first (one process per "
@@ -31,10 +52,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
-      prog="lra", description="Long Range Arena suite. With no command: a CPU demo "
-      "(generated ListOps, bidirectional Latte, a few minutes).",
+      prog="lra", description="Long Range Arena suite. " + DEMO_HELP,
       epilog="Config overrides: --config.KEY=VALUE, e.g. --config.train.num_steps=100")
-  _add_run_args(parser)  # for the bare `lra` demo
+  _add_run_args(parser, demo=True)
   sub = parser.add_subparsers(dest="command")
 
   run = sub.add_parser("run", help="train and evaluate one task with one mixer")
@@ -51,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
   check.add_argument("--dim", type=int, default=16, help="D of the small checks (default 16)")
   check.add_argument("--heads", type=int, default=2, help="H (default 2)")
 
-  sub.add_parser("list", help="tasks, mixers and presets")
+  sub.add_parser("list", help="tasks, mixers and presets (with the tasks each applies to)")
 
   evaluate = sub.add_parser("eval", help="evaluate a run's saved checkpoint on a split (printed "
                             "and appended to the run's evals.jsonl)")
@@ -69,13 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
   diff.add_argument("run_a", type=Path)
   diff.add_argument("run_b", type=Path)
 
-  table = sub.add_parser("table", help="rebuild results/tables/* (and the README block) from "
-                         "results/runs/*")
-  table.add_argument("--results-dir", type=Path, default=Path("results"))
-  table.add_argument("--readme", type=Path, help="README with the lra-table markers (default: "
-                     "README.md beside the results dir, if it exists)")
+  table = sub.add_parser(
+      "table", help="accuracy tables from the runs of a results folder",
+      description="Writes RESULTS_DIR/tables/*.csv|md from RESULTS_DIR/runs/*, the published "
+      "numbers beside; touches no README unless asked (--readme, --committed).")
+  table.add_argument("--results-dir", type=Path, help="the folder to read (default "
+                     "results/local, your runs; with --committed or --check: results)")
+  table.add_argument("--readme", type=Path, help="also rewrite the generated block between the "
+                     "lra-table markers of this file")
+  table.add_argument("--committed", action="store_true", help="the repository's own tables: "
+                     "read results/, write results/tables/* and README.md's block")
   table.add_argument("--check", action="store_true", help="write nothing; exit 1 if the tables "
-                     "differ from what the runs give")
+                     "(and README block) differ from what the runs give (default: the committed "
+                     "ones, as CI checks them)")
 
   sweep = sub.add_parser("sweep", help="every (task, mixer, seed) run: print, run or emit a "
                          "Slurm array; complete runs are skipped, partial ones resume")
@@ -84,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
   sweep.add_argument("--seeds", nargs="+", type=int, default=[0])
   sweep.add_argument("--preset", default="paper")
   sweep.add_argument("--data-dir", type=Path)
-  sweep.add_argument("--results-dir", type=Path, default=Path("results"))
+  sweep.add_argument("--results-dir", type=Path, help="where run folders go (default results/local, git-ignored)")
   sweep.add_argument("--run", action="store_true", help="run the pending commands one by one")
   sweep.add_argument("--emit", choices=("commands", "slurm"), default="commands")
   sweep.add_argument("--out", type=Path, default=Path("lra_sweep.sbatch"),
@@ -245,7 +271,9 @@ def _exit_if_a_peer_was_lost(error: Exception) -> None:
 
 def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
   if args.command == "table":
-    return table_command(args)
+    return table_command(args)  # its default folder depends on --committed/--check
+  if getattr(args, "results_dir", None) is None:
+    args.results_dir = LOCAL_RESULTS
   if args.command == "check":
     return check_command(args, overrides)
   if args.command == "sweep":
@@ -266,6 +294,12 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
           f"examples; appended to {args.run_dir / evaluation.EVALS_FILE}")
     if args.predictions:
       print(f"predicted classes: {args.predictions}")
+    return 0
+  if args.command in (None, "run") and args.dry_run:
+    from lra import dry_run
+    task, mixer, preset = (args.task, args.mixer, args.preset) if args.command else _demo(args)
+    print(dry_run.describe(task, mixer, preset, overrides, results_dir=args.results_dir,
+                           run_dir=args.run_dir, data_dir=args.data_dir))
     return 0
   from lra import data_commands, run  # deferred: `lra --help` should not wait for JAX
   if args.command in (None, "run"):
@@ -292,24 +326,27 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def table_command(args: argparse.Namespace) -> int:
   from lra import results, tables
+  committed = args.committed or (args.check and args.results_dir is None)
+  results_dir = args.results_dir or (COMMITTED_RESULTS if committed else LOCAL_RESULTS)
   readme = args.readme
-  if readme is None and (args.results_dir.parent / "README.md").exists():
-    readme = args.results_dir.parent / "README.md"
+  if readme is None and committed and (results_dir.parent / "README.md").exists():
+    readme = results_dir.parent / "README.md"
   if args.check:
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", results.RunFileWarning)  # reported below, as failures
-      stale = tables.check(args.results_dir, readme)
-    unreadable = results.unreadable_run_files(args.results_dir)
+      stale = tables.check(results_dir, readme)
+    unreadable = results.unreadable_run_files(results_dir)
     for problem in unreadable:
       print(f"lra table --check: {problem}", file=sys.stderr)
     for path in stale:
       print(f"lra table --check: {path} differs from what the runs give", file=sys.stderr)
     if stale:
-      print("Run `lra table` and commit the result.", file=sys.stderr)
+      fix = "lra table --committed" if committed else f"lra table --results-dir {results_dir}"
+      print(f"Run `{fix}` and commit the result.", file=sys.stderr)
     return 1 if stale or unreadable else 0
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always", results.RunFileWarning)
-    written = tables.write(args.results_dir, readme)
+    written = tables.write(results_dir, readme)
   for warning in caught:  # a skipped run file: one plain line, not Python's warning format
     if issubclass(warning.category, results.RunFileWarning):
       print(f"lra table: warning: {warning.message}", file=sys.stderr)
@@ -375,19 +412,21 @@ def print_result(result: dict) -> None:
     print("  saved: the same command resumes it from this step")
 
 
+def _demo(args: argparse.Namespace) -> tuple[str, str, str]:
+  """The bare demo's task, mixer and preset (`--preset smoke` still picks the smoke preset)."""
+  task, mixer, preset = DEMO
+  return task, mixer, args.preset if args.preset != "paper" else preset
+
+
 def run_demo(args: argparse.Namespace, overrides: list[str]) -> int:
   from lra import run
-  task, mixer, _ = DEMO
-  preset = args.preset if args.preset != "paper" else "demo"
+  task, mixer, preset = _demo(args)
   print("lra demo: bidirectional Latte on generated ListOps, on this machine's CPU/GPU.\n"
         "The demo data is easier than LRA's ListOps (expressions of depth <= 4, 8-80 tokens, "
         "instead of depth 10, length 500-2000) so that a small model learns it in minutes; the "
-        "full task: `lra run listops latte`.", file=sys.stderr)
-  # The demo trains under results/local/ (git-ignored): a clone's committed runs in
-  # results/runs/ are never resumed, overwritten or mistaken for the user's own.
-  results_dir = args.results_dir / LOCAL_RESULTS
+        "full task on a CPU: `lra run listops latte --preset laptop`.", file=sys.stderr)
   result = run.run(task, mixer, preset=preset, overrides=overrides, data_dir=args.data_dir,
-                   run_dir=args.run_dir, results_dir=results_dir, progress=not args.quiet)
+                   run_dir=args.run_dir, results_dir=args.results_dir, progress=not args.quiet)
   print_result(result)
   if result["test_accuracy"] is not None:
     gain = 100 * (result["test_accuracy"] - result["majority_accuracy"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lra.configs.common import PRESETS
+from lra.configs.common import CPU_PRESETS, PRESETS
 from lra.run import default_data_dir
 from lra.models.mixers import MIXERS, describe, entry_points
 from lra.tasks import TASKS, get_task
@@ -25,7 +25,33 @@ def print_list() -> None:
     print(f"  {name:<16} {describe(name)}")
   for name, ep in entry_points().items():  # installed packages' mixers (lra.mixers)
     print(f"  {name:<16} {ep.value} (installed{f' from {ep.dist.name}' if ep.dist else ''})")
-  print(f"Presets: {', '.join(PRESETS)}  (lra run TASK MIXER --preset P)")
+  print("Presets (lra run TASK MIXER --preset P; --dry-run shows what one sets):")
+  for preset in PRESETS + CPU_PRESETS:
+    print(f"  {preset:<16} {PRESET_DESCRIPTIONS[preset]} [{', '.join(_tasks_with(preset))}]")
+
+
+# One line each for `lra list`; docs/protocol.md says where every value comes from.
+PRESET_DESCRIPTIONS = {
+    "paper": "the default: the Latte paper's settings (accelerator-sized, 6 layers)",
+    "latte_code": "the Latte authors' code where it departs from the paper",
+    "lra": "the original LRA code's settings",
+    "smoke": "seconds: a few steps of a tiny model (checks that it runs, not that it learns)",
+    "demo": "minutes on a CPU: a small model on small generated data",
+    "laptop": "LRA's full ListOps with a 2-layer D=64 model: 40 min to 4 h on a laptop CPU",
+}
+
+
+def _tasks_with(preset: str) -> list[str]:
+  """The tasks whose config accepts this preset."""
+  from lra.config_loading import load_config
+  found = []
+  for task in TASKS:
+    try:
+      load_config(task, preset)
+    except ValueError:
+      continue
+    found.append(task)
+  return found
 
 
 def _parse_options(items: list[str]) -> dict:

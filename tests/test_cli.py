@@ -6,12 +6,47 @@ import pytest
 from lra.cli import main
 
 
-def test_list_shows_all_tasks_and_mixers(capsys):
+def test_list_shows_all_tasks_mixers_and_presets(capsys):
+  from lra.configs.common import CPU_PRESETS, PRESETS
   from lra.models.mixers import MIXERS
   assert main(["list"]) == 0
   out = capsys.readouterr().out
   for name in ("listops", "text", "retrieval", "image", "pathfinder", "pathx", *MIXERS):
     assert name in out
+  presets = out.split("Presets", 1)[1]
+  for preset in PRESETS + CPU_PRESETS:
+    assert f"\n  {preset} " in presets
+  laptop = next(line for line in presets.splitlines() if line.startswith("  laptop "))
+  assert laptop.endswith("[listops]")  # the tasks whose config takes it
+
+
+def test_bare_help_describes_the_demo_it_runs(capsys):
+  with pytest.raises(SystemExit):
+    main(["--help"])
+  out = " ".join(capsys.readouterr().out.split())
+  assert "results/local/runs/listops/latte/demo_seed0" in out and "demo (the default here)" in out
+  assert "results/runs/TASK" not in out  # that is `lra run`'s folder, not the demo's
+
+
+def test_dry_run_prints_each_value_with_its_source_and_trains_nothing(tmp_path, capsys,
+                                                                      monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  assert main(["run", "listops", "latte", "--preset", "laptop", "--dry-run",
+               "--data-dir", str(tmp_path / "data"), "--config.train.num_steps=100"]) == 0
+  out = capsys.readouterr().out
+  assert "run folder: results/local/runs/listops/latte/laptop+train.num_steps=100_seed0 (new)" in out
+  values = {}
+  for line in out.splitlines():
+    if line.startswith("  ") and " = " in line:
+      key, rest = line.strip().split(" = ", 1)
+      values[key] = rest.rsplit("  ", 1)[1].strip()
+  assert values["train.num_steps"] == "command line"
+  assert values["model.num_layers"] == "preset" and values["data.generator.max_depth"] == "preset"
+  assert values["model.num_heads"] == "default" and values["mixers.latte.num_latents"] == "default"
+  assert not any(k.startswith("mixers.softmax.") for k in values)  # not part of this run
+  assert list(tmp_path.iterdir()) == []  # nothing generated, trained or written
+  assert main(["--dry-run"]) == 0
+  assert "results/local/runs/listops/latte/demo_seed0" in capsys.readouterr().out
 
 
 def test_unknown_names_say_so(capsys):
@@ -58,15 +93,15 @@ def test_bad_override_is_a_clear_error(tmp_path, capsys, args, expected):
   assert expected in capsys.readouterr().err
 
 
-def test_bare_demo_trains_under_results_local(tmp_path, capsys):
+def test_bare_demo_trains_under_results_local(tmp_path, capsys, monkeypatch):
   """`lra` in a clone that already holds committed runs: the demo trains its own run under
   results/local/ and leaves results/runs/ alone (a stale committed run never blocks it)."""
+  monkeypatch.chdir(tmp_path)
   results = tmp_path / "results"
   committed = results / "runs" / "listops" / "latte" / "smoke_seed0"
   committed.mkdir(parents=True)
   (committed / "config.json").write_text(json.dumps({"preset": "smoke", "stale": True}))
-  assert main(["--preset", "smoke", "--quiet", "--data-dir", str(tmp_path / "data"),
-               "--results-dir", str(results)]) == 0
+  assert main(["--preset", "smoke", "--quiet", "--data-dir", str(tmp_path / "data")]) == 0
   final = json.loads((results / "local" / "runs" / "listops" / "latte" / "smoke_seed0" /
                       "final.json").read_text())
   assert final["status"] == "complete" and final["mixer"] == "latte"

@@ -194,19 +194,50 @@ def test_runs_from_before_a_new_final_key_still_tabulate(tmp_path):
 def test_check_detects_stale_tables_and_readme(grid, tmp_path, capsys):
   res, _ = grid
   readme = tmp_path / "README.md"
-  readme.write_text(f"# x\n\n## Results\n{tables.README_START}\nold\n{tables.README_END}\n\n## y\n")
+  original = f"# x\n\n## Results\n{tables.README_START}\nold\n{tables.README_END}\n\n## y\n"
+  readme.write_text(original)
   assert main(["table", "--results-dir", str(res)]) == 0
-  assert "| latte | paper |" in readme.read_text() and readme.read_text().endswith("## y\n")
-  assert main(["table", "--results-dir", str(res), "--check"]) == 0
+  assert readme.read_text() == original  # the README only changes when asked
+  assert main(["table", "--results-dir", str(res), "--readme", str(readme)]) == 0
+  text = readme.read_text()
+  assert "| latte | paper |" in text and text.endswith("## y\n")
+  assert tables.MADE_AT.search(text)  # says the commit it was made at
+  assert "| softmax | demo |" not in text  # small presets stay in results/tables/lra.md
+  check = ["table", "--results-dir", str(res), "--readme", str(readme), "--check"]
+  assert main(check) == 0
+  # Another commit hash alone is not stale: regenerating could never reproduce it.
+  readme.write_text(tables.MADE_AT.sub("at commit 0123abc", text))
+  assert main(check) == 0
   write_run(res, "image", "softmax", "paper", 0, 0.3)
-  assert main(["table", "--results-dir", str(res), "--check"]) == 1
+  assert main(check) == 1
   assert "image.csv differs" in capsys.readouterr().err
-  assert main(["table", "--results-dir", str(res)]) == 0
+  assert main(["table", "--results-dir", str(res), "--readme", str(readme)]) == 0
   (res / "tables" / "notes.md").write_text("hand-written")
-  assert main(["table", "--results-dir", str(res), "--check"]) == 1
+  assert main(check) == 1
   (res / "tables" / "notes.md").unlink()
   readme.write_text(readme.read_text().replace("| latte | paper |", "| latte | edited |"))
-  assert main(["table", "--results-dir", str(res), "--check"]) == 1
+  assert main(check) == 1
+  assert "lra table --results-dir" in capsys.readouterr().err  # the command that fixes it
+
+
+def test_table_reads_your_runs_by_default_and_the_committed_ones_when_asked(grid, tmp_path,
+                                                                             monkeypatch):
+  """`lra table` in a clone: the user's runs (results/local) make their own tables; the committed
+  tables and the README change only with --committed, which is also what --check checks."""
+  res, _ = grid
+  monkeypatch.chdir(tmp_path)
+  readme = tmp_path / "README.md"
+  readme.write_text(f"{tables.README_START}\nold\n{tables.README_END}\n")
+  local = tmp_path / "results" / "local"
+  write_run(local, "listops", "linear", "laptop", 0, 0.36)
+  assert main(["table"]) == 0
+  assert "| linear | ListOps | laptop |" in (local / "tables" / "lra.md").read_text()
+  assert readme.read_text().count("old") == 1 and not (res / "tables").exists()
+  assert main(["table", "--check"]) == 1  # the committed tables were never written
+  assert main(["table", "--committed"]) == 0
+  assert (res / "tables" / "lra.md").exists() and "old" not in readme.read_text()
+  assert "| linear |" not in readme.read_text()  # your runs stay out of the committed block
+  assert main(["table", "--check"]) == 0
 
 
 def test_malformed_inputs_name_the_file(tmp_path):
