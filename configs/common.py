@@ -22,7 +22,7 @@ import dataclasses
 import ml_collections
 
 PRESETS = ("paper", "latte_code", "lra", "smoke", "demo")
-# The LRA task's own data at full length, with a model a laptop CPU trains in about an hour or two.
+# The LRA task's own data at full length, with a model a laptop CPU trains in 40 min to 4 h.
 CPU_PRESETS = ("laptop",)
 LATTE_FAMILY = ("latte", "latte_macchiato", "latte_rglru", "latte_rglru_swa")
 # The published "Latte-RGLRU++" and "Latte-RGLRU-SWA++" rows (ICLR version, Table 3) use the ++ block.
