@@ -414,7 +414,9 @@ def main(args, overrides: Sequence[str]) -> int:
     plot(records, Path(args.plot))
   if args.readme:
     from lra import tables
-    block = readme_block(records, Path(args.md) if args.md else None, sha)
+    # The link is read from the page's own folder (docs/performance.md -> ../results/bench/...).
+    md = Path(os.path.relpath(args.md, Path(args.readme).parent)) if args.md else None
+    block = readme_block(records, md, sha)
     args.readme.write_text(tables.splice_readme(args.readme.read_text(), block, args.readme,
                                                 README_MARKERS, "lra bench --readme"))
   return 0
