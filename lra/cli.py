@@ -354,6 +354,10 @@ def table_command(args: argparse.Namespace) -> int:
       warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
   for path in written:
     print(f"wrote {path}")
+  if not (results_dir / "runs").is_dir():
+    print(f"lra table: no runs in {results_dir / 'runs'} yet: the tables hold the published rows "
+          "only (`lra run TASK MIXER` writes there; --committed reads the repository's runs)",
+          file=sys.stderr)
   return 0
 
 

@@ -221,7 +221,7 @@ def test_check_detects_stale_tables_and_readme(grid, tmp_path, capsys):
 
 
 def test_table_reads_your_runs_by_default_and_the_committed_ones_when_asked(grid, tmp_path,
-                                                                             monkeypatch):
+                                                                             monkeypatch, capsys):
   """`lra table` in a clone: the user's runs (results/local) make their own tables; the committed
   tables and the README change only with --committed, which is also what --check checks."""
   res, _ = grid
@@ -229,8 +229,11 @@ def test_table_reads_your_runs_by_default_and_the_committed_ones_when_asked(grid
   readme = tmp_path / "README.md"
   readme.write_text(f"{tables.README_START}\nold\n{tables.README_END}\n")
   local = tmp_path / "results" / "local"
+  assert main(["table"]) == 0  # before any run of yours: the published rows, and a hint
+  assert "no runs in results/local/runs yet" in capsys.readouterr().err
   write_run(local, "listops", "linear", "laptop", 0, 0.36)
   assert main(["table"]) == 0
+  assert "no runs in" not in capsys.readouterr().err
   assert "| linear | ListOps | laptop |" in (local / "tables" / "lra.md").read_text()
   assert readme.read_text().count("old") == 1 and not (res / "tables").exists()
   assert main(["table", "--check"]) == 1  # the committed tables were never written
