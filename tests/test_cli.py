@@ -127,3 +127,16 @@ def test_flags_before_the_subcommand_are_not_overwritten(argv):
   after = parser.parse_args(["--data-dir", "/top", *argv, "--data-dir", "/sub"])
   assert after.data_dir == Path("/sub")
   assert parser.parse_args(argv).data_dir is None and parser.parse_args(argv).preset == "paper"
+
+
+def test_dry_run_sources_hold_for_every_task():
+  """Every task's config starts from configs/common.py:base_config (where `default` is read), so
+  the smoke preset's one-layer model shows as `preset` and an override as `command line`."""
+  from lra import dry_run
+  from lra.tasks import TASKS
+  for task in TASKS:
+    rows = {key: source for key, _, source in dry_run.sources(
+        task, "latte", "smoke", ["train.seed=3"])}
+    assert rows["model.num_layers"] == "preset", task
+    assert rows["train.seed"] == "command line" and rows["eval.batch_size"] != "command line", task
+    assert "default" in rows.values(), task
