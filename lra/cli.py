@@ -39,8 +39,8 @@ def _add_run_args(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
   p.add_argument("--data-dir", type=Path, help="prepared data root (default $LRA_DATA_DIR or "
                  "~/.cache/lra)")
   p.add_argument("--run-dir", type=Path, help=run_dir_help)
-  p.add_argument("--results-dir", type=Path, help="where run folders go (default results/local, git-ignored; `results` is "
-                 "the repository's committed runs)")
+  p.add_argument("--results-dir", type=Path, help="where run folders go (default results/local, "
+                 "git-ignored; `results` is the repository's committed runs)")
   p.add_argument("--dry-run", action="store_true", help="print the resolved config (each value "
                  "with its source: default, preset or command line), the data cache and the run "
                  "folder; train nothing")
@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
   sweep.add_argument("--seeds", nargs="+", type=int, default=[0])
   sweep.add_argument("--preset", default="paper")
   sweep.add_argument("--data-dir", type=Path)
-  sweep.add_argument("--results-dir", type=Path, help="where run folders go (default results/local, git-ignored)")
+  sweep.add_argument("--results-dir", type=Path,
+                     help="where run folders go (default results/local, git-ignored)")
   sweep.add_argument("--run", action="store_true", help="run the pending commands one by one")
   sweep.add_argument("--emit", choices=("commands", "slurm"), default="commands")
   sweep.add_argument("--out", type=Path, default=Path("lra_sweep.sbatch"),
@@ -137,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
   bench.add_argument("--md", type=Path, help="write the Markdown table here")
   bench.add_argument("--plot", type=Path, help="write the log-log time/memory plot here (PNG)")
   bench.add_argument("--readme", type=Path, help="also write the per-mixer summary into this "
-                     "README, between <!-- lra-bench:start --> and <!-- lra-bench:end -->")
+                     "page (docs/performance.md holds the committed one), between "
+                     "<!-- lra-bench:start --> and <!-- lra-bench:end -->")
   bench.add_argument("--in-process", action="store_true", help="measure every record in this "
                      "process (faster; peak RSS is then cumulative)")
   epoch = bench.add_argument_group(
@@ -180,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
   pathfinder.add_argument("--workers", type=int, default=1, help="processes (same output for any)")
   pathfinder.add_argument("--stats", action="store_true",
                           help="also write stats.json (distractors placed, ink, halo, components, "
-                               "markers, marker-distance leak; see the README's Pathfinder table)")
+                               "markers, marker-distance leak; docs/pathfinder.md compares them)")
 
   prep = data_sub.add_parser("prepare", help="raw release / archive -> cache")
   prep.add_argument("task")

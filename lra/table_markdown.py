@@ -95,7 +95,7 @@ def _protocol_tables(rows: list[dict[str, Any]], h: str) -> list[str]:
 
 def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]],
                       level: int = 2) -> str:
-  """The lra.md sections (also embedded in the README), headings at `level`.
+  """The lra.md sections (the README block embeds those of our LRA-task runs), headings at `level`.
 
   Args:
     rows: lra.tables.lra_rows.
