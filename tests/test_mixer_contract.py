@@ -9,6 +9,7 @@ import pytest
 
 from lra.configs.common import mixer_configs
 from lra.models.mixers import MIXERS
+from lra.models.mixers import contract as contract_module
 from lra.models.mixers.contract import PROPERTIES, MixerContract
 from lra.models.mixers.latte import latte_attention
 
@@ -84,3 +85,35 @@ def test_latte_pad_logit_far_above_the_real_max_has_finite_gradients():
   grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)  # one compile, not one per op
   assert all(np.isfinite(np.asarray(g)).all() for g in grads)
   np.testing.assert_array_equal(np.asarray(grads[1])[0, 3:], 0.0)  # pads get no gradient
+
+
+def test_matmul_roundoff_follows_the_backend_and_the_precision_in_force():
+  assert contract_module.matmul_roundoff("gpu") == 2.0 ** -11        # TF32 by default
+  assert contract_module.matmul_roundoff("gpu", "highest") == 2.0 ** -24
+  assert contract_module.matmul_roundoff("tpu") == 2.0 ** -8          # one bf16 pass
+  assert contract_module.matmul_roundoff("cpu", "bfloat16") == 2.0 ** -24  # ignored on a CPU
+  with jax.default_matmul_precision("float32"):
+    assert contract_module.matmul_roundoff("gpu") == 2.0 ** -24
+
+
+class _MeanOverAllTokens(nn.Module):
+  """A leak: the mean over time includes pads."""
+  dim: int
+  num_heads: int
+  max_len: int
+
+  @nn.compact
+  def __call__(self, x, mask, *, deterministic, carry=None):
+    return nn.Dense(self.dim)(x) + jnp.mean(x, axis=1, keepdims=True), carry
+
+
+@pytest.mark.parametrize("backend", ["gpu", "tpu"])
+def test_padding_tolerance_under_tf32_or_bf16_still_catches_a_leak(monkeypatch, backend):
+  """With the tolerance an accelerator's matmul rounding needs, a mixer that averages over pads
+  still fails padding invariance, and softmax passes."""
+  monkeypatch.setattr(contract_module, "matmul_roundoff",
+                      functools.partial(contract_module.matmul_roundoff, backend))
+  leaky = MixerContract(_MeanOverAllTokens, {})
+  assert leaky.tolerance(contract_module.TOLERANCE) > contract_module.TOLERANCE
+  assert leaky.check("padding invariance").passed is False
+  assert contract("softmax").check("padding invariance").passed

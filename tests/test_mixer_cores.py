@@ -8,6 +8,8 @@ from lra.models.mixers import (latte, latte_macchiato, latte_rglru, linear, linf
                            softmax)
 
 B, T, H, DH, L = 2, 7, 3, 4, 5
+# Every test here compares with a formula to f32 accuracy.
+pytestmark = pytest.mark.usefixtures("highest_precision")
 
 
 def _inputs(seed, last_dim_qk):
