@@ -69,7 +69,9 @@ def test_finite_gradients_catches_masking_after_exp():
   subject = MixerContract(_MaskAfterExp, {})
   assert subject.check("padding invariance").passed  # the forward alone shows nothing wrong
   result = subject.check("finite gradients")
-  assert result.passed is False and "NaN/inf w.r.t. inputs (huge rows)" in result.detail
+  # Which gradients show the NaN first (inputs at huge rows on a CPU, parameters too) is not the
+  # point: with matmul inputs rounded to TF32 (emulated on a CPU) it was the parameters alone.
+  assert result.passed is False and "NaN/inf w.r.t." in result.detail
 
 
 def test_latte_pad_logit_far_above_the_real_max_has_finite_gradients():
