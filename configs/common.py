@@ -48,7 +48,9 @@ def mixer_configs() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict({
       # query_chunk: queries attended at a time (0: all at once, the T x T weights kept for the
       # backward pass); the same values with far less memory, faster on a CPU at T >= 1K.
-      "softmax": {"query_chunk": 0},
+      # implementation: auto (cuDNN's fused attention on an NVIDIA GPU in bf16/f16, else the
+      # einsum formula) | einsum | xla | cudnn (jax.nn.dot_product_attention's two paths).
+      "softmax": {"query_chunk": 0, "implementation": "auto"},
       # vapor: value-acting positional rotations (Latte paper, ICLR version). bias: biases on the
       # q, k, v and output projections (none in the paper's equations or the authors' code).
       "latte": {"num_latents": 40, "vapor": False, "bias": False},

@@ -15,7 +15,8 @@ FINAL_SECTIONS = {
     "data": ("data",),
     "code": ("git_sha",),
     "versions": ("versions", "python"),
-    "device": ("device", "num_devices", "num_processes", "host", "dtype"),
+    "device": ("device", "num_devices", "num_processes", "host", "dtype", "matmul_precision",
+               "execution_path"),
     "scores": ("status", "step", "best_step", "val_accuracy", "test_accuracy",
                "best_test_accuracy", "test_accuracy_last", "steps_per_s", "wall_time_s"),
 }

@@ -32,7 +32,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra import checkpoints, distributed, dropout_rng, interrupts, optim, writers
 from lra.config_loading import mixer_label
-from lra.models.build import build_model
+from lra.models.build import build_model, execution_path
 from lra.tasks.contract.batches import Batching, eval_batches, train_batches
 from lra.tasks.contract.cache import PreparedData
 from lra.tasks.contract.spec import TaskSpec
@@ -284,7 +284,8 @@ class RunFiles:
         (r.get("step", 0) for r in writers.read_metrics(old_curve)), default=0)
     self.metrics = writers.MetricsWriter(run_dir / "metrics.jsonl", resume_step or None,
                                          enabled=self.lead)
-    self.context = {**label_baselines(data), **writers.environment()}
+    self.context = {**label_baselines(data), **writers.environment(),
+                    "execution_path": execution_path(config)}
 
   def final(self, status: str, step: int, book: Book, last_test: float | None, wall: float,
             rate: float, *, stop_reason: str | None = None,

@@ -97,7 +97,8 @@ def git_sha(cwd: Path | None = None) -> str:
 
 
 def environment() -> dict[str, Any]:
-  """Where a result came from: device, host, versions."""
+  """Where a result came from: device, host, versions, and the matmul precision in force
+  ("default": the backend's own, TF32 for f32 on NVIDIA GPUs and bf16 passes on TPUs)."""
   import flax  # deferred, like jax: readers of run files (lra table, notebooks) need neither
   import jax
   import optax
@@ -105,6 +106,7 @@ def environment() -> dict[str, Any]:
   return {
       "device": f"{device.platform}:{getattr(device, 'device_kind', '')}",
       "num_devices": jax.device_count(),
+      "matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
       "num_processes": jax.process_count(),
       "host": platform.node(),
       "python": platform.python_version(),

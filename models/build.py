@@ -11,6 +11,7 @@ from typing import Any
 
 import ml_collections
 
+from lra.models import mixers
 from lra.models.encoder import Classifier, Encoder, MixerFactory
 from lra.models.mixers import find_mixer, get_mixer
 
@@ -57,3 +58,11 @@ def build_model(config: ml_collections.ConfigDict, spec: Any) -> Classifier:
                     mixer_gate=m.mixer_gate, mlp_hidden_dropout=m.mlp_hidden_dropout,
                     final_norm=m.final_norm)
   return Classifier(encoder=encoder, num_classes=spec.num_classes, dual=spec.dual, head=m.head)
+
+
+def execution_path(config: ml_collections.ConfigDict) -> str:
+  """How this config's mixer computes on this process's backend (`mixers.execution_path`): e.g.
+  "cudnn" or "einsum (query chunks of 128)" for softmax, "" for a mixer with one way."""
+  m = config.model
+  return mixers.execution_path(m.mixer, config.mixers[m.mixer].to_dict(), m.dtype,
+                               head_dim=m.dim // m.num_heads)

@@ -202,6 +202,7 @@ def _case(case):
   return spec, model, params, train_arrays, eval_arrays
 
 
+@pytest.mark.usefixtures("highest_precision")  # T=40 and T=32 may compile to other kernels
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_mixer_scores_a_batch_cut_to_its_length_as_the_full_batch(case):
   spec, model, params, arrays, _ = _case(case)
@@ -217,6 +218,7 @@ def test_every_mixer_scores_a_batch_cut_to_its_length_as_the_full_batch(case):
 # Training steps compile the backward pass per shape: one case by default, all of them with -m slow.
 @pytest.mark.parametrize("case", [c if c == "latte+cls+learned" else
                                   pytest.param(c, marks=pytest.mark.slow) for c in sorted(CASES)])
+@pytest.mark.usefixtures("highest_precision")
 def test_per_batch_padding_trains_with_the_fixed_padding_losses_and_accuracies(case):
   spec, model, params, train_arrays, eval_arrays = _case(case)
   train_step, eval_step = map(_per_shape, train.make_steps(model, distributed.data_mesh(), 1))

@@ -13,6 +13,8 @@ from lra.models.mixers.latte import LatteMixer
 D, MLP, T = 8, 16, 12
 MIXER = functools.partial(LatteMixer, num_latents=4)
 LENGTHS = (T, T - 5)
+# The formulas are compared to f32 accuracy.
+pytestmark = pytest.mark.usefixtures("highest_precision")
 
 
 def _encoder(**options):

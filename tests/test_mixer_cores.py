@@ -8,6 +8,8 @@ from lra.models.mixers import (latte, latte_macchiato, latte_rglru, linear, linf
                            softmax)
 
 B, T, H, DH, L = 2, 7, 3, 4, 5
+# Every test here compares with a formula to f32 accuracy.
+pytestmark = pytest.mark.usefixtures("highest_precision")
 
 
 def _inputs(seed, last_dim_qk):
@@ -454,3 +456,45 @@ def test_latte_conv_features_match_naive_convolution():
         want[:, t] += real[:, t + j - 1] @ kernel[j]
   got = np.asarray(module.apply({"params": params}, x, mask))
   np.testing.assert_allclose(got[mask], want[mask], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("query_chunk", [0, 3], ids=["one_piece", "chunks"])
+def test_softmax_through_jax_nn_dot_product_attention_equals_the_einsum_path(query_chunk):
+  """implementation="xla" (jax.nn.dot_product_attention, pads given as a mask) gives the einsum
+  path's values and q, k, v gradients: pads at the end, a hole in a row (a mask, not lengths)
+  and a row of pads only, which stays finite."""
+  q, k, v, mask = _inputs(4, DH)
+  mask = np.concatenate([mask, [[True, False, True, True, False, True, False]],
+                         np.zeros((1, T), bool)])
+  q, k, v = (np.concatenate([a, a[:1] * 0.5, a[1:] + 1.0]) for a in (q, k, v))
+  assert not np.array_equal(mask[2], np.arange(T) < mask[2].sum())  # pads not only at the end
+  cotangent = np.random.default_rng(4).normal(size=v.shape).astype(np.float32)
+  cotangent *= mask[:, :, None, None]
+
+  def run(implementation):
+    def loss(q, k, v):
+      y = softmax.softmax_attention(q, k, v, mask, query_chunk=query_chunk,
+                                    implementation=implementation)
+      return jnp.sum(y * cotangent), y
+    (_, y), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+    return np.asarray(y), [np.asarray(g) for g in grads]
+
+  (y_xla, grads_xla), (y_einsum, grads_einsum) = run("xla"), run("einsum")
+  assert np.isfinite(y_xla).all() and np.isfinite(y_einsum).all()
+  np.testing.assert_allclose(y_xla, y_einsum, rtol=1e-5, atol=1e-5)  # pad rows too
+  for got, want in zip(grads_xla, grads_einsum):
+    assert np.abs(want).max() > 1e-3
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="a GPU's cases: tests/test_gpu.py")
+def test_softmax_implementation_auto_is_einsum_off_a_gpu_and_cudnn_says_why_not():
+  assert softmax.implementation_for("auto", jnp.bfloat16, 64) == "einsum"
+  assert softmax.SoftmaxMixer.execution_path({"query_chunk": 128}, "bfloat16", 16) == (
+      "einsum (query chunks of 128)")
+  assert softmax.implementation_for("xla", jnp.float32, 3) == "xla"
+  with pytest.raises(ValueError, match="cudnn cannot run: cuDNN runs on NVIDIA GPUs.*"
+                     "implementation=auto"):
+    softmax.implementation_for("cudnn", jnp.bfloat16, 64)
+  with pytest.raises(ValueError, match="one of auto, einsum, xla, cudnn; found 'flash'"):
+    softmax.implementation_for("flash", jnp.float32, 64)

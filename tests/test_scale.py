@@ -160,6 +160,7 @@ def _smoke_state(tmp_path, data_dir, overrides=(), tx=None):
   return config, data, model, state, batch
 
 
+@pytest.mark.usefixtures("highest_precision")  # micro-batches may compile to other kernels
 def test_accumulating_micro_batches_equals_one_larger_batch(data_dir, tmp_path):
   # Plain SGD with rate 1, so the parameter change is the gradient itself (Adam's first step is
   # about lr * sign(g), which magnifies float noise in near-zero gradients).
@@ -182,6 +183,7 @@ def test_accumulating_micro_batches_equals_one_larger_batch(data_dir, tmp_path):
                delta(four), delta(one))
 
 
+@pytest.mark.usefixtures("highest_precision")
 def test_remat_recomputes_blocks_without_changing_the_maths(data_dir, tmp_path):
   grads = {}
   for remat in (False, True):

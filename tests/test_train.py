@@ -40,6 +40,8 @@ def test_run_directory_is_complete_and_consistent(smoke_run):
   assert final["best_step"] in (2, 4)
   assert final["device"].startswith(jax.devices()[0].platform)
   assert final["git_sha"] and final["versions"]["jax"] == jax.__version__
+  # Which softmax ran, at which matmul precision (smoke: f32, one piece; on a CPU: full f32).
+  assert final["execution_path"] == "einsum (one piece)" and final["matmul_precision"] == "default"
   config = json.loads((run_dir / "config.json").read_text())
   assert config["model"]["mixer"] == "softmax" and config["train"]["num_steps"] == 4
   rows = read_metrics(run_dir / "metrics.jsonl")

@@ -128,6 +128,17 @@ def default_settings(cls: type[nn.Module]) -> dict[str, Any]:
   return settings
 
 
+def execution_path(key: str, settings: dict[str, Any], dtype: str, *,
+                   head_dim: int | None = None) -> str:
+  """How mixer `key` computes with this config block and compute dtype on this process's backend,
+  for run and bench records: e.g. softmax's "cudnn", "xla", "einsum (one piece)" or "einsum
+  (query chunks of 128)"; "" for a mixer with one way (no `execution_path` classmethod) or one
+  outside the registry. `head_dim` (model.dim / model.num_heads) lets softmax check cuDNN's
+  head-dim limit; without it that limit is assumed met."""
+  describe_path = getattr(MIXERS.get(key), "execution_path", None)
+  return describe_path(settings, dtype, head_dim) if describe_path else ""
+
+
 def describe(name: str) -> str:
   """One line for `lra list`: the first line of the class docstring."""
   return ((get_mixer(name).__doc__ or "").strip().splitlines() or [""])[0]

@@ -7,9 +7,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+# "einsum": the formula below, in one piece or query chunks; "xla" and "cudnn": the two
+# implementations of jax.nn.dot_product_attention; "auto" picks one of these per device and dtype.
+IMPLEMENTATIONS = ("auto", "einsum", "xla", "cudnn")
+_CUDNN_DTYPES = ("bfloat16", "float16")
+
 
 def softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
-                      query_chunk: int = 0) -> jax.Array:
+                      query_chunk: int = 0, implementation: str = "einsum") -> jax.Array:
   """Scaled dot-product attention over real keys.
 
   Args:
@@ -17,12 +22,21 @@ def softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     k: [B,T,H,Dh] keys.
     v: [B,T,H,Dv] values.
     mask: [B,T] bool, True on real tokens; padded keys get zero weight.
-    query_chunk: if 0 < query_chunk < Tq, queries are taken this many at a time and the backward
-      pass recomputes each chunk's weights from its saved log-normaliser (as FlashAttention
-      does), so the [B,H,Tq,T] weights never exist whole. Same values up to float rounding.
+    query_chunk: einsum only. If 0 < query_chunk < Tq, queries are taken this many at a time and
+      the backward pass recomputes each chunk's weights from its saved log-normaliser (as
+      FlashAttention does), so the [B,H,Tq,T] weights never exist whole. Same values up to float
+      rounding.
+    implementation: one of IMPLEMENTATIONS (see `implementation_for`). "xla" takes any mask;
+      "cudnn" takes pads as key lengths, so they must be a suffix of each row (as in every batch
+      of this suite): a row whose mask has a hole comes out NaN rather than silently wrong.
   Returns:
     [B,Tq,H,Dv].
   """
+  implementation = implementation_for(implementation, q.dtype, q.shape[-1])
+  if implementation == "xla":
+    return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None, None, :], implementation="xla")
+  if implementation == "cudnn":
+    return _cudnn_attention(q, k, v, mask)
   num_queries = q.shape[1]
   if not 0 < query_chunk < num_queries:
     probs = jax.nn.softmax(_logits(q, k, mask), axis=-1)
@@ -30,6 +44,53 @@ def softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
   num_chunks = -(-num_queries // query_chunk)
   q = jnp.pad(q, ((0, 0), (0, num_chunks * query_chunk - num_queries), (0, 0), (0, 0)))
   return _chunked_attention(q, k, v, mask, query_chunk)[:, :num_queries]
+
+
+def implementation_for(implementation: str, dtype, head_dim: int | None) -> str:
+  """What `implementation` runs as on this process's default backend: "auto" becomes "cudnn"
+  where cuDNN's fused attention can take the inputs (an NVIDIA GPU, bf16/f16, a head dim it
+  supports; `head_dim` None: not checked), else "einsum", so CPU and TPU runs and f32 GPU runs
+  compute exactly what they did before the setting existed. An explicit "cudnn" that cannot run
+  is a one-line error saying why."""
+  if implementation not in IMPLEMENTATIONS:
+    raise ValueError(f"mixers.softmax.implementation must be one of {', '.join(IMPLEMENTATIONS)}; "
+                     f"found {implementation!r}.")
+  if implementation not in ("auto", "cudnn"):
+    return implementation
+  refusal = _cudnn_refusal(jnp.dtype(dtype).name, head_dim)
+  if implementation == "auto":
+    return "einsum" if refusal else "cudnn"
+  if refusal:
+    raise ValueError(f"mixers.softmax.implementation=cudnn cannot run: {refusal}. Pass "
+                     "--config.mixers.softmax.implementation=auto (or xla).")
+  return "cudnn"
+
+
+def _cudnn_refusal(dtype: str, head_dim: int | None) -> str:
+  """Why cuDNN's fused attention cannot take these inputs here ("" when it can)."""
+  device = jax.devices()[0]
+  if device.platform != "gpu" or "cuda" not in getattr(device.client, "platform_version", ""):
+    return f"cuDNN runs on NVIDIA GPUs and this process runs on {device.platform}"
+  if dtype not in _CUDNN_DTYPES:
+    return (f"cuDNN's fused attention takes bfloat16 or float16 and the model computes in {dtype} "
+            "(--config.model.dtype=bfloat16)")
+  # 128 is the limit on every generation cuDNN supports (Hopper takes 256), so "auto" decides
+  # the same way on every card.
+  if head_dim is not None and not (head_dim % 8 == 0 and head_dim <= 128):
+    return (f"cuDNN takes head dims (model.dim / model.num_heads) that are multiples of 8 up to "
+            f"128; found {head_dim}")
+  return ""
+
+
+def _cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+  """jax.nn.dot_product_attention on cuDNN, the [B,T] mask given as key lengths [B]."""
+  lengths = jnp.sum(mask, axis=-1, dtype=jnp.int32)
+  is_suffix = jnp.all(mask == (jnp.arange(mask.shape[1]) < lengths[:, None]), axis=-1)  # [B]
+  # An all-pad row attends to its first (pad) key where the einsum path spreads it over all
+  # pads: finite either way, and nothing reads it; what cuDNN returns for zero keys is unstated.
+  y = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=jnp.maximum(lengths, 1),
+                                   implementation="cudnn")
+  return jnp.where(is_suffix[:, None, None, None], y, jnp.nan)
 
 
 def _logits(q: jax.Array, k: jax.Array, mask: jax.Array) -> jax.Array:
@@ -97,14 +158,28 @@ class SoftmaxMixer(nn.Module):
   """Softmax attention (Vaswani et al. 2017): exact, O(T^2) time and memory.
 
   Attributes:
-    query_chunk: queries per chunk (0: all at once). On a CPU the [B,H,T,T] weights of long
-      sequences are gigabytes written, faulted in and freed every step; chunks keep them small
-      (`lra bench` measures the trade; docs/protocol.md has the numbers).
+    query_chunk: queries per chunk (0: all at once) on the einsum path. On a CPU the [B,H,T,T]
+      weights of long sequences are gigabytes written, faulted in and freed every step; chunks
+      keep them small (`lra bench` measures the trade; docs/protocol.md has the numbers).
+    implementation: "auto" (cuDNN's fused attention on an NVIDIA GPU in bf16/f16, else einsum),
+      "einsum" (the formula, in query chunks if query_chunk > 0), "xla" or "cudnn"
+      (jax.nn.dot_product_attention's two implementations). See `softmax_attention`.
   """
   dim: int
   num_heads: int
   max_len: int
   query_chunk: int = 0
+  implementation: str = "auto"
+
+  @classmethod
+  def execution_path(cls, settings: dict, dtype: str, head_dim: int | None = None) -> str:
+    """What a model with this config block computes through on this process's backend, e.g.
+    "cudnn", "xla", "einsum (one piece)", "einsum (query chunks of 128)"."""
+    path = implementation_for(settings.get("implementation", "auto"), dtype, head_dim)
+    chunk = settings.get("query_chunk", 0)
+    if path != "einsum":
+      return path
+    return f"einsum (query chunks of {chunk})" if chunk > 0 else "einsum (one piece)"
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
@@ -112,6 +187,7 @@ class SoftmaxMixer(nn.Module):
     head_dim = self.dim // self.num_heads
     q, k, v = jnp.split(nn.DenseGeneral((3, self.num_heads, head_dim), name="qkv")(x), 3, axis=2)
     q, k, v = (t.squeeze(2) for t in (q, k, v))
-    y = softmax_attention(q, k, v, mask, query_chunk=self.query_chunk)
+    y = softmax_attention(q, k, v, mask, query_chunk=self.query_chunk,
+                          implementation=self.implementation)
     y = nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(y)
     return y, carry
