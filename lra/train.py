@@ -500,7 +500,9 @@ def check_fits(config: ml_collections.ConfigDict, s: Setup, state: TrainState, s
   """
   have, source = memory.device_bytes(jax.devices()[0])
   if jax.process_count() > 1:  # all processes must take the same branch: the smallest device
-    have = int(np.min(multihost_utils.process_allgather(np.asarray(have or 2**62, np.int64))))
+    # In MiB: without jax_enable_x64 the gathered numbers are int32.
+    mib = np.asarray(min((have or 2**62) >> 20, 2**31 - 1), np.int32)
+    have = int(np.min(multihost_utils.process_allgather(mib))) << 20
   need = {}
   for kind in steps:
     rows = config.train.batch_size if kind == "train" else config.eval.batch_size
