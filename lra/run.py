@@ -59,7 +59,7 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
     with run_lock.hold(run_dir):
       return _run_locked(config, run_dir, data_dir, progress)
   except OutOfMemoryError:
-    if fresh and not any((run_dir / "checkpoints").glob("[0-9]*")):
+    if fresh and not any(p.name.isdigit() for p in (run_dir / "checkpoints").glob("*")):
       shutil.rmtree(run_dir, ignore_errors=True)
     raise
 

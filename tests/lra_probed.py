@@ -34,18 +34,25 @@ def _log(record: dict) -> None:
     f.write(json.dumps(record) + "\n")
 
 
+def _after_checkpoint() -> None:
+  if "LRA_PROBE_AFTER_CHECKPOINT" not in os.environ:
+    return
+  after = RUN_DIR / "checkpoints" / os.environ["LRA_PROBE_AFTER_CHECKPOINT"]
+  deadline = time.time() + 300
+  while not after.is_dir() and time.time() < deadline:
+    time.sleep(0.05)
+
+
 def _fault_at(step: int) -> None:
   if os.environ.get("LRA_PROBE_MEMORY_LIMIT_AT_STEP") == str(step):
+    _after_checkpoint()
     with open("/proc/self/status") as f:
       mapped = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
     margin = int(os.environ.get("LRA_PROBE_MEMORY_MARGIN_MB", "256")) << 20
     resource.setrlimit(resource.RLIMIT_AS, (mapped + margin, resource.RLIM_INFINITY))
   for name, sig in (("DIE", signal.SIGKILL), ("FREEZE", signal.SIGSTOP)):
     if os.environ.get(f"LRA_PROBE_{name}_AT_STEP") == str(step):
-      after = RUN_DIR / "checkpoints" / os.environ.get("LRA_PROBE_AFTER_CHECKPOINT", "")
-      deadline = time.time() + 300
-      while not after.is_dir() and time.time() < deadline:
-        time.sleep(0.05)
+      _after_checkpoint()
       _log({"kind": name.lower(), "step": step, "time": time.time()})
       os.kill(os.getpid(), sig)
 

@@ -367,9 +367,12 @@ def test_an_allocation_that_fails_despite_the_estimate_ends_the_run_in_the_same_
   args = ["run", "listops", "softmax", *SMOKE, "--data-dir", str(tmp_path / "data"),
           "--run-dir", str(run_dir), "--config.train.num_steps=4",
           "--config.data.generator.max_length=512", "--config.data.generator.max_depth=6",
-          "--config.data.generator.max_args=8", "--config.train.batch_size=128"]
+          "--config.data.generator.max_args=8", "--config.train.batch_size=128",
+          "--config.checkpoint.every_steps=100"]
   env = dict(os.environ, JAX_PLATFORMS="cpu", LRA_PROBE_LOG=str(tmp_path / "probe.jsonl"),
              LRA_PROBE_MEMORY_LIMIT_AT_STEP="3", LRA_PROBE_MEMORY_MARGIN_MB="64")
+  run_dir.mkdir()
+  (run_dir / "notes.txt").write_text("a user's own file: the folder held something before")
   done = subprocess.run([sys.executable, "tests/lra_probed.py", *args], cwd=ROOT, text=True,
                         capture_output=True, env=env)
   assert done.returncode == 2, done.stderr
@@ -381,7 +384,7 @@ def test_an_allocation_that_fails_despite_the_estimate_ends_the_run_in_the_same_
     assert setting in line, setting
   final = json.loads((run_dir / "final.json").read_text())
   assert final["status"] == "failed" and final["stop_reason"] == line[len("lra: error: "):]
-  assert (run_dir / "checkpoints" / "2").is_dir()  # a checkpoint was made: the folder is kept
+  assert (run_dir / "notes.txt").exists()  # kept: it held something before
 
 
 def test_device_memory_is_read_with_units_and_a_bad_value_says_what_to_set(monkeypatch):
