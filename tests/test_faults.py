@@ -315,7 +315,8 @@ def test_eval_names_a_damaged_best_checkpoint_and_moves_nothing(stopped_run, dat
   before = sorted(str(p) for p in run_dir.rglob("*"))
   assert main(["eval", str(run_dir), "--data-dir", str(data_dir)]) == 2
   err = capsys.readouterr().err
-  assert err.startswith(f"lra: error: the checkpoint of step {best.name} in {best} is damaged ("), err
+  assert err.startswith(
+      f"lra: error: the checkpoint of step {best.name} in {best} is damaged ("), err
   assert "is cut short" in err and f"lra eval {run_dir} --checkpoint last" in err, err
   assert len(err.splitlines()) == 1
   assert sorted(str(p) for p in run_dir.rglob("*")) == before
