@@ -23,7 +23,7 @@ import numpy as np
 from flax.training.train_state import TrainState
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from lra import optim, writers
+from lra import memory, optim, writers
 from lra.config_loading import mixer_label, resolve_config
 from lra.models.build import build_model
 from lra.train import make_steps
@@ -42,21 +42,6 @@ def bench_config(mixer: str, *, dim: int, num_layers: int, num_heads: int,
   sizes = [f"model.dim={dim}", f"model.num_layers={num_layers}", f"model.num_heads={num_heads}",
            f"model.mlp_dim={4 * dim}"]
   return resolve_config("text", mixer, "paper", [*sizes, *overrides])
-
-
-def _bytes_available(device: jax.Device) -> int | None:
-  """What one step may use: the accelerator's limit, or the host's available memory on CPU."""
-  stats = device.memory_stats() if device.platform != "cpu" else None
-  if stats and "bytes_limit" in stats:
-    return int(stats["bytes_limit"])
-  try:
-    with open("/proc/meminfo") as f:
-      for line in f:
-        if line.startswith("MemAvailable:"):
-          return int(line.split()[1]) * 1024
-  except OSError:
-    pass
-  return None
 
 
 def _flops(compiled) -> float | None:
@@ -111,10 +96,9 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
     record.update(
         argument_bytes=int(mem.argument_size_in_bytes), output_bytes=int(mem.output_size_in_bytes),
         temp_bytes=int(mem.temp_size_in_bytes), alias_bytes=int(mem.alias_size_in_bytes))
-    record["peak_bytes"] = (record["argument_bytes"] + record["output_bytes"]
-                            + record["temp_bytes"] - record["alias_bytes"])
+    record["peak_bytes"] = memory.step_bytes(compiled)
   record["flops"] = _flops(compiled)
-  available = _bytes_available(device)
+  available, _ = memory.device_bytes(device)
   if record["peak_bytes"] and available and record["peak_bytes"] > 0.9 * available:
     record["status"] = (f"skipped: needs {record['peak_bytes'] / 2**30:.1f} GiB, "
                         f"{available / 2**30:.1f} GiB available")
@@ -135,7 +119,7 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
       times.append(time.perf_counter() - start)
     cpu_after = resource.getrusage(resource.RUSAGE_SELF)
   except Exception as e:  # noqa: BLE001 - an out-of-memory step is a result, not a crash
-    if "RESOURCE_EXHAUSTED" not in str(e) and "out of memory" not in str(e).lower():
+    if not memory.is_oom(e):
       raise
     record["status"] = "oom"
     return record

@@ -13,20 +13,45 @@ What a crash can leave, and the Orbax guarantees (orbax-checkpoint 0.9-0.12) thi
   start deletes such leftovers (`cleanup_tmp_directories`).
 - Older checkpoints beyond `keep` are deleted only after the new one is committed: a failed write
   leaves the previous checkpoint as it was.
+
+What a damaged disk can leave (a file cut short, deleted or overwritten after the commit), which
+Orbax does not catch by itself (TensorStore may read changed bytes as numbers):
+- Once a save is complete, process 0 seals it: `lra_manifest.json` in the step folder lists every
+  file's size and sha256. A restore checks the folder against it first; a checkpoint that was
+  never sealed (killed before) is checked by reading it.
+- Resuming walks the latest checkpoints newest first, moves each damaged one to
+  `checkpoints/damaged/<step>-<UTC time>/` (never deleted) and restores the newest intact one; if
+  none is intact the run stops, and the same command then starts again from step 0. The best
+  checkpoint is restored only by `lra eval --checkpoint best`, which names a damaged one and stops.
 """
 from __future__ import annotations
 
 import contextlib
+import datetime
+import hashlib
+import json
+import shlex
+import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
+import jax
+import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
-from lra import distributed
+from lra import distributed, writers
+
+MANIFEST = "lra_manifest.json"
+DAMAGED = "damaged"
 
 
 class CheckpointWriteError(OSError):
   """A checkpoint could not be written (disk full, permissions); the previous one is intact."""
+
+
+class CheckpointDamagedError(OSError):
+  """No checkpoint could be restored: the one asked for, or every latest one, is damaged."""
 
 
 def _manager(directory: Path, keep: int, name: str) -> ocp.CheckpointManager:
@@ -48,6 +73,8 @@ class Checkpointer:
     self.manager = _manager(self.root, keep, "latest")
     self.best = _manager(self.root / "best", 1, "best")
     self.failed = False
+    # Saves of this process not yet listed in a manifest, with their manager.
+    self._unsealed: dict[Path, ocp.CheckpointManager] = {}
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -70,23 +97,110 @@ class Checkpointer:
     if manager.latest_step() == step:
       return  # already saved at this step (e.g. an interrupt right after a scheduled save)
     with self._reporting(manager):  # Orbax raises a failed background write at the next save
+      manager.wait_until_finished()  # Orbax waits for the previous save anyway; seal it first
+      self.seal()
       manager.save(step, args=ocp.args.Composite(
           state=ocp.args.StandardSave(state), bookkeeping=ocp.args.JsonSave(bookkeeping)))
+    self._unsealed[Path(str(manager.directory)) / str(step)] = manager
+
+  def seal(self) -> None:
+    """Writes the manifest of every save of this process that Orbax has finished (process 0;
+    cheap to call at any time: a save still being written waits for the next call)."""
+    for folder, manager in list(self._unsealed.items()):
+      if manager.is_saving_in_progress():
+        continue
+      del self._unsealed[folder]
+      if folder.is_dir() and jax.process_index() == 0:  # else a later save replaced it
+        writers.write_json_atomic(folder / MANIFEST, {"files": {
+            str(path.relative_to(folder)): {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+            for path in sorted(folder.rglob("*")) if path.is_file() and path.name != MANIFEST}})
 
   def restore(self, step: int, abstract_state: Any, *, best: bool = False) -> tuple[Any, dict]:
+    """The checkpoint of `step`, checked against its manifest first.
+
+    Raises:
+      CheckpointDamagedError: a file is missing, cut short or changed, or (no manifest) Orbax
+        could not read it; the message names the folder and the file.
+    """
     manager = self.best if best else self.manager
-    restored = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state), bookkeeping=ocp.args.JsonRestore()))
+    folder = Path(str(manager.directory)) / str(step)
+    problem = _agreed(damage(folder))
+    if problem is None:
+      try:
+        restored = manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state), bookkeeping=ocp.args.JsonRestore()))
+        problem = _agreed(None)
+      except Exception as error:  # pylint: disable=broad-except
+        # Sealed and intact, yet unreadable: not damage (another model, a newer Orbax); as is.
+        if (folder / MANIFEST).exists() or distributed.lost_peer(error):
+          raise
+        problem = _agreed(f"Orbax cannot read it: {_first_line(error)}")
+    if problem is not None:
+      raise CheckpointDamagedError(
+          f"the checkpoint of step {step} in {folder} is damaged ({problem})")
     return restored.state, dict(restored.bookkeeping)
+
+  def restore_latest(self, abstract_state: Any, log: Callable[[str], None]
+                     ) -> tuple[Any, dict, int] | None:
+    """The newest intact latest-step checkpoint (state, bookkeeping, step), or None if there is
+    none at all. Each damaged one on the way is moved to `checkpoints/damaged/` and logged.
+
+    Raises:
+      CheckpointDamagedError: there were checkpoints, and every one is damaged.
+    """
+    damaged = []
+    for step in sorted(_steps_in(self.root), reverse=True):
+      try:
+        state, book = self.restore(step, abstract_state)
+      except CheckpointDamagedError as error:
+        damaged.append(f"{error}; moved to {self._move_aside(step)}")
+        log(f"lra: {damaged[-1]}")
+        continue
+      if damaged:
+        log(f"lra: resuming from step {step}, the newest intact checkpoint")
+      return state, book, step
+    if damaged:
+      command = shlex.join(["lra", *sys.argv[1:]])
+      raise CheckpointDamagedError(
+          f"no intact checkpoint in {self.root} ({len(damaged)} damaged, moved to "
+          f"{self.root / DAMAGED}, not deleted); the same command now starts the run again from "
+          f"step 0: {command}")
+    return None
+
+  def set_aside_damaged_best(self, log: Callable[[str], None]) -> None:
+    """Moves a damaged best checkpoint out of Orbax's reach (saving the next best would delete
+    it), so nothing is lost; a run checks this when it starts."""
+    step = self.best_step()
+    if step is not None:
+      problem = _agreed(damage(self.root / "best" / str(step)))
+      if problem is not None:
+        log(f"lra: the best checkpoint (step {step}) is damaged ({problem}); moved to "
+            f"{self._move_aside(step, best=True)}; the next better validation saves a new one")
+
+  def _move_aside(self, step: int, *, best: bool = False) -> Path:
+    """checkpoints/<step> (or best/<step>) to checkpoints/damaged/[best-]<step>-<UTC time>."""
+    manager = self.best if best else self.manager
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target = self.root / DAMAGED / f"{'best-' if best else ''}{step}-{now}"
+    if jax.process_index() == 0:
+      target.parent.mkdir(exist_ok=True)
+      (Path(str(manager.directory)) / str(step)).rename(target)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f"lra_checkpoint_moved_{step}_{best}")
+    manager.reload()  # Orbax lists its steps once; it must not resume or delete the moved one
+    return target
 
   def wait(self) -> None:
     for manager in (self.manager, self.best):
       with self._reporting(manager):
         manager.wait_until_finished()
+    self.seal()
 
   def close(self) -> None:
-    """Waits for saves in flight, then closes; after a failed write only closes (the failure has
-    been reported, and waiting would raise it again)."""
+    """Waits for saves in flight and seals them, then closes; after a failed write only closes
+    (the failure has been reported, and waiting would raise it again)."""
+    if not self.failed:
+      self.wait()
     for manager in (self.manager, self.best):
       try:
         manager.close()
@@ -119,3 +233,50 @@ class Checkpointer:
 def _steps_in(folder: Path) -> list[int]:
   """Committed steps: Orbax renames a checkpoint to its bare step number once complete."""
   return [int(p.name) for p in folder.glob("*") if p.name.isdigit() and p.is_dir()]
+
+
+def damage(folder: Path) -> str | None:
+  """What is wrong with a sealed checkpoint folder (first problem found), or None: intact, or not
+  sealed (Orbax's own reading is then the only check)."""
+  manifest = folder / MANIFEST
+  if not manifest.exists():
+    return None
+  try:
+    files = json.loads(manifest.read_text())["files"]
+  except (OSError, ValueError, KeyError, TypeError):
+    return f"its {MANIFEST} is unreadable"
+  for name, want in files.items():
+    path = folder / name
+    if not path.is_file():
+      return f"{name} is missing"
+    size = path.stat().st_size
+    if size != want["bytes"]:
+      what = "cut short" if size < want["bytes"] else "longer than written"
+      return f"{name} is {what}: {size} bytes, {want['bytes']} when written"
+    if _sha256(path) != want["sha256"]:
+      return f"{name} has changed since it was written (sha256 differs)"
+  return None
+
+
+def _agreed(problem: str | None) -> str | None:
+  """Multi-host: every process reads the same files, but all must take the same branch, so one
+  that finds a problem speaks for all."""
+  if jax.process_count() == 1:
+    return problem
+  flags = multihost_utils.process_allgather(np.asarray(problem is not None))
+  if problem is None and np.any(flags):
+    return "another process found it damaged"
+  return problem
+
+
+def _sha256(path: Path) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      digest.update(chunk)
+  return digest.hexdigest()
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip()
+  return (text.splitlines()[0] if text else type(error).__name__)[:300]

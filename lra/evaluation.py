@@ -19,7 +19,7 @@ import numpy as np
 from flax.training.train_state import TrainState
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from lra import checkpoints, train, writers
+from lra import checkpoints, memory, train, writers
 from lra.run import default_data_dir, load_data
 from lra.tasks.contract.batches import indexed_eval_batches
 from lra.tasks.contract.cache import PreparedData
@@ -42,6 +42,8 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
   Raises:
     FileNotFoundError: no config.json, or no checkpoint of that kind.
     ValueError: an unknown checkpoint kind or split.
+    CheckpointDamagedError: that checkpoint is damaged (named; nothing is moved or deleted).
+    OutOfMemoryError: the eval step does not fit in the device's memory.
   """
   run_dir = Path(run_dir)
   if checkpoint not in CHECKPOINTS:
@@ -57,16 +59,29 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
   s = train.setup(config, data.spec)
   ckpt = checkpoints.Checkpointer(run_dir, keep=config.checkpoint.keep)
   try:
-    state, _, step = train.restore_or_init(s, data.spec, config.train.seed, ckpt,
-                                           best=checkpoint == "best")
+    try:
+      state, _, step = train.restore_or_init(s, data.spec, config.train.seed, ckpt,
+                                             checkpoint=checkpoint)
+    except checkpoints.CheckpointDamagedError as error:
+      other = "last" if checkpoint == "best" else "best"
+      raise checkpoints.CheckpointDamagedError(
+          f"{error}; left in place. The {other} checkpoint may be intact: lra eval {run_dir} "
+          f"--checkpoint {other}") from None
     if not step:
       raise FileNotFoundError(
           f"{run_dir} has no {checkpoint} checkpoint (checkpoints/ is not kept in git; rerun "
           f"`lra run {config.task} {config.model.mixer} --preset {config.preset}` to make one).")
-    metrics = train.evaluate(s, state, data, split, config.eval.batch_size)
-    if predictions is not None:
-      with open(predictions, "wb") as f:  # np.save(path) would add ".npy" to other names
-        np.save(f, predict(s, state, data, split, config.eval.batch_size))
+    need = train.check_fits(config, s, state, data.spec, steps=("eval",))["eval"]
+    try:
+      metrics = train.evaluate(s, state, data, split, config.eval.batch_size)
+      if predictions is not None:
+        with open(predictions, "wb") as f:  # np.save(path) would add ".npy" to other names
+          np.save(f, predict(s, state, data, split, config.eval.batch_size))
+    except Exception as error:  # pylint: disable=broad-except
+      oom = memory.as_out_of_memory(error, config, "eval", need)
+      if oom is None:
+        raise
+      raise oom from None
   finally:
     ckpt.close()
   env = writers.environment()

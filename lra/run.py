@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -11,6 +12,7 @@ import ml_collections
 
 from lra import run_identity, run_lock, train
 from lra.config_loading import data_cache_dir, default_run_dir, reference_config, resolve_config
+from lra.memory import OutOfMemoryError
 from lra.tasks import get_task
 from lra.tasks.contract.cache import CacheDamagedError, DataMissingError, PreparedData
 
@@ -47,11 +49,19 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
   """Trains and evaluates one (task, mixer) pair; resumes an unfinished run in the same dir.
 
   The run directory is locked first (one run per folder; checked writable before anything else).
+  A run that does not fit in memory leaves no folder behind if it held nothing before and no
+  checkpoint now.
   """
   config = resolve_config(task, mixer, preset, overrides)
   run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir)
-  with run_lock.hold(run_dir):
-    return _run_locked(config, run_dir, data_dir, progress)
+  fresh = not run_dir.exists() or not any(run_dir.iterdir())
+  try:
+    with run_lock.hold(run_dir):
+      return _run_locked(config, run_dir, data_dir, progress)
+  except OutOfMemoryError:
+    if fresh and not any(p.name.isdigit() for p in (run_dir / "checkpoints").glob("*")):
+      shutil.rmtree(run_dir, ignore_errors=True)
+    raise
 
 
 def _run_locked(config: ml_collections.ConfigDict, run_dir: Path, data_dir: Path | None,

@@ -30,7 +30,7 @@ from flax.training.train_state import TrainState
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from lra import checkpoints, distributed, dropout_rng, interrupts, optim, writers
+from lra import checkpoints, distributed, dropout_rng, interrupts, memory, optim, writers
 from lra.config_loading import mixer_label
 from lra.models.build import build_model, execution_path
 from lra.tasks.contract.batches import Batching, eval_batches, train_batches
@@ -65,6 +65,10 @@ def make_steps(model: nn.Module, mesh: jax.sharding.Mesh, dropout_seed: int,
   micro-batch r % k, so each device keeps its own rows) whose loss sums and gradients are added
   before one update: the same update as the whole batch at once, in 1/k of the activation memory.
   `dropout_bits` names where dropout's random bits come from (lra/dropout_rng.py).
+
+  A batch may carry `stop[B]` (int32, each process's rows set to whether it was asked to stop):
+  the step then also returns `sums["stop"]`, its maximum over every process. The flag rides on
+  the step's own all-reduce, so all processes learn of a stop request at the same step.
   """
   replicated = NamedSharding(mesh, P())
   base_key = dropout_rng.key(dropout_seed, dropout_bits)
@@ -78,6 +82,8 @@ def make_steps(model: nn.Module, mesh: jax.sharding.Mesh, dropout_seed: int,
     return grads, sums
 
   def train_step(state: TrainState, batch):
+    batch = dict(batch)
+    stop = batch.pop("stop", None)
     # Dropout depends on (seed, step) only: a resumed run draws the same masks.
     key = jax.random.fold_in(base_key, state.step)
     if grad_accum_steps == 1:
@@ -99,6 +105,8 @@ def make_steps(model: nn.Module, mesh: jax.sharding.Mesh, dropout_seed: int,
     # Gradient of the mean loss over the whole batch's real rows.
     grads = jax.tree.map(lambda g: g / jnp.maximum(sums["count"], 1.0), grads)
     sums["grad_norm"] = optax.global_norm(grads)
+    if stop is not None:
+      sums["stop"] = jnp.max(stop)
     return state.apply_gradients(grads=grads), sums
 
   def eval_step(state: TrainState, batch):
@@ -224,16 +232,35 @@ def init_state(s: Setup, spec: TaskSpec, seed: int) -> TrainState:
 
 
 def restore_or_init(s: Setup, spec: TaskSpec, seed: int, ckpt: checkpoints.Checkpointer,
-                    *, best: bool = False) -> tuple[TrainState, Book, int]:
-  """The latest (or, with `best`, the best-validation) checkpoint, else a fresh state at step 0."""
+                    *, checkpoint: str = "resume") -> tuple[TrainState, Book, int]:
+  """A checkpoint's state, else a fresh state at step 0.
+
+  `checkpoint="resume"` (a run) skips damaged latest checkpoints (each moved aside with a line on
+  stderr) for the newest intact one; "best" and "last" (lra eval) restore that one checkpoint or
+  raise CheckpointDamagedError.
+  """
   state = init_state(s, spec, seed)
-  step = (ckpt.best_step() if best else ckpt.latest_step()) or 0
-  if not step:
-    return state, Book(), 0
   abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
                           state)
-  state, saved = ckpt.restore(step, abstract, best=best)
+  if checkpoint != "resume":
+    best = checkpoint == "best"
+    step = ckpt.best_step() if best else ckpt.latest_step()
+    if not step:
+      return state, Book(), 0
+    state, saved = ckpt.restore(step, abstract, best=best)
+    return state, Book.from_json(saved), step
+  ckpt.set_aside_damaged_best(_say)
+  restored = ckpt.restore_latest(abstract, _say)
+  if restored is None:
+    return state, Book(), 0
+  state, saved, step = restored
   return state, Book.from_json(saved), step
+
+
+def _say(line: str) -> None:
+  """A line every user should see (even with --quiet), from process 0 only."""
+  if jax.process_index() == 0:
+    print(line, file=sys.stderr, flush=True)
 
 
 def num_params(state: TrainState) -> int:
@@ -394,14 +421,25 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
   window = (None if book.window is None else
             jax.device_put({k: np.float32(v) for k, v in book.window.items()}, s.replicated))
   last_test, rate = None, 0.0
+  # Many processes must stop at the same step: each puts its stop request into the step's batch
+  # and reads the flag all of them agreed on (make_steps).
+  agree = jax.process_count() > 1
+  flag = None  # that flag of the latest step, still on the device
   files.final("running", step, book, None, previous_wall, 0.0)
 
-  def stopped(reason: str, write: bool | None = None) -> None:  # a stop the loop did not choose
-    files.final("interrupted", step, book, None, wall(), rate, stop_reason=reason, write=write)
+  def ended(status: str, reason: str, write: bool | None = None) -> None:  # not the loop's choice
+    files.final(status, step, book, None, wall(), rate, stop_reason=reason, write=write)
 
-  with interrupts.StopRequest() as stop, _faults_end_the_run(stopped, ckpt):
+  fit = _Fit(config)
+  with interrupts.StopRequest() as stop, _faults_end_the_run(ended, ckpt, fit):
+    fit.need = check_fits(config, s, state, data.spec)
     while step < tc.num_steps:
-      state, sums = s.train_step(state, s.put(next(stream), tc.batch_size))
+      batch = next(stream)
+      if agree:
+        batch["stop"] = np.full(len(batch["label"]), stop.requested, np.int32)
+      state, sums = s.train_step(state, s.put(batch, tc.batch_size))
+      # Read one step late, so the host keeps the next step queued; all read the same step's.
+      previous_flag, flag = flag, sums.pop("stop", None)
       # Summed on the device; fetched only at log points so the host never waits in between.
       window = sums if window is None else add(window, sums)
       step += 1
@@ -421,9 +459,13 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
           ckpt.wait()
           return files.final("diverged", step, book, None, wall(), rate)
         window, book.window_steps, window_start = None, 0, time.time()
+        ckpt.seal()  # a finished save gets its manifest now, not only at the next save
       if step % config.eval.every_steps == 0 or step == tc.num_steps:
+        jax.block_until_ready(state)  # a failed train step is reported as the train step's
+        fit.running = "eval"
         metrics = {**evaluate(s, state, data, "val", config.eval.batch_size),
                    **evaluate(s, state, data, "test", config.eval.batch_size)}
+        fit.running = "train"
         if book.record_eval(step, metrics):
           ckpt.save(step, state, dataclasses.asdict(book), best=True)
         if step == tc.num_steps:
@@ -435,50 +477,94 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
         window_start = time.time()  # eval time is not training throughput
       if step % config.checkpoint.every_steps == 0 or step == tc.num_steps:
         save(step, window)
-      # Multi-host: every process must stop at the same step, so they agree at log points.
-      if _stop_agreed(stop.requested, log_point) and step < tc.num_steps:
-        bar.message(f"{stop.signal_name} at step {step}: saving a checkpoint and stopping")
+      requested = (bool(jax.device_get(previous_flag)) if previous_flag is not None
+                   else stop.requested and not agree)
+      if requested and step < tc.num_steps:
+        bar.message(f"{stop.signal_name or 'a stop request on another process'} at step {step}: "
+                    "saving a checkpoint and stopping")
         save(step, window)
         ckpt.wait()
         return files.final("interrupted", step, book, None, wall(), rate,
-                           stop_reason=stop.signal_name)
+                           stop_reason=stop.signal_name or "stop requested on another process")
     ckpt.wait()
   return files.final("complete", step, book, last_test, wall(), rate)
 
 
+def check_fits(config: ml_collections.ConfigDict, s: Setup, state: TrainState, spec: TaskSpec,
+               steps: tuple[str, ...] = ("train", "eval")) -> dict[str, int | None]:
+  """XLA's estimate of each step's bytes per device, at the task's full length T, checked against
+  the device's memory before anything runs (the compiled program is the one the run then uses).
+
+  Raises:
+    OutOfMemoryError: a step needs more than the device has; the one line names the settings
+      that shrink it.
+  """
+  have, source = memory.device_bytes(jax.devices()[0])
+  if jax.process_count() > 1:  # all processes must take the same branch: the smallest device
+    # In MiB: without jax_enable_x64 the gathered numbers are int32.
+    mib = np.asarray(min((have or 2**62) >> 20, 2**31 - 1), np.int32)
+    have = int(np.min(multihost_utils.process_allgather(mib))) << 20
+  need = {}
+  for kind in steps:
+    rows = config.train.batch_size if kind == "train" else config.eval.batch_size
+    shapes = {**{k: ((rows, spec.seq_len), jnp.int32) for k in _input_keys(spec)},
+              **{"mask" + k[len("inputs"):]: ((rows, spec.seq_len), jnp.bool_)
+                 for k in _input_keys(spec)},
+              "label": ((rows,), jnp.int32), "weight": ((rows,), jnp.float32)}
+    if kind == "train" and jax.process_count() > 1:
+      shapes["stop"] = ((rows,), jnp.int32)
+    batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=s.put.sharding)
+             for k, (shape, dtype) in shapes.items()}
+    step_fn = s.train_step if kind == "train" else s.eval_step
+    need[kind] = memory.step_bytes(step_fn.lower(state, batch).compile())
+    if need[kind] and have and need[kind] > have:
+      raise memory.does_not_fit(config, kind, need[kind], have, source)
+  return need
+
+
+def _input_keys(spec: TaskSpec) -> tuple[str, ...]:
+  return ("inputs1", "inputs2") if spec.dual else ("inputs",)
+
+
+@dataclasses.dataclass
+class _Fit:
+  """What the out-of-memory line needs: XLA's estimates and which step was running."""
+  config: ml_collections.ConfigDict
+  need: dict = dataclasses.field(default_factory=dict)
+  running: str = "train"
+
+  def error(self, error: Exception) -> memory.OutOfMemoryError | None:
+    return memory.as_out_of_memory(error, self.config, self.running, self.need.get(self.running))
+
+
 @contextlib.contextmanager
-def _faults_end_the_run(stopped: Callable[..., None],
-                        ckpt: checkpoints.Checkpointer) -> Iterator[None]:
+def _faults_end_the_run(ended: Callable[..., None], ckpt: checkpoints.Checkpointer,
+                        fit: _Fit) -> Iterator[None]:
   """A lost peer process or a failed checkpoint write ends the run as `interrupted` (resumable) in
-  final.json, then propagates: PeerLost (with the step to resume from) or CheckpointWriteError."""
+  final.json, then propagates: PeerLost (with the step to resume from) or CheckpointWriteError.
+  A step that does not fit ends it as `failed` and raises OutOfMemoryError (one line)."""
   try:
     yield
   except checkpoints.CheckpointWriteError as error:
-    _best_effort(stopped, f"checkpoint write failed: {error}")
+    _best_effort(ended, "interrupted", f"checkpoint write failed: {error}")
     raise
   except Exception as error:  # pylint: disable=broad-except
     lost = distributed.lost_peer(error)
     if lost is None:
-      raise
+      oom = fit.error(error)
+      if oom is None:
+        raise
+      _best_effort(ended, "failed", str(oom))
+      raise oom from None
     lost.resume_step = ckpt.committed_step() or 0
-    _best_effort(stopped, lost.describe(), write=lost.final_json_is_ours)
+    _best_effort(ended, "interrupted", lost.describe(), write=lost.final_json_is_ours)
     raise lost from None
 
 
-def _best_effort(stopped: Callable[..., None], reason: str, **kwargs) -> None:
+def _best_effort(ended: Callable[..., None], *args, **kwargs) -> None:
   # final.json is the record of the stop, but the error being reported matters more than it
   # (a full disk may refuse this write too).
   try:
-    stopped(reason, **kwargs)
+    ended(*args, **kwargs)
   except OSError:
     pass
-
-
-def _stop_agreed(requested: bool, log_point: bool) -> bool:
-  """Single process: stop at once. Many: stop when any process asked, checked at log points."""
-  if jax.process_count() == 1:
-    return requested
-  if not log_point:
-    return False
-  flags = multihost_utils.process_allgather(np.asarray(requested))
-  return bool(np.any(flags))

@@ -8,12 +8,16 @@ kills itself with SIGKILL (a kill -9 from outside, as its peers see it) when it 
 of step K, once the checkpoint of step LRA_PROBE_AFTER_CHECKPOINT is complete; with
 LRA_PROBE_FREEZE_AT_STEP=K it stops itself with SIGSTOP instead (a host that stops answering).
 With LRA_PROBE_DISK_FULL_AT_CHECKPOINT=K, writing the checkpoint of step K fails with ENOSPC
-midway (its state written, its bookkeeping not), as on a full disk.
+midway (its state written, its bookkeeping not), as on a full disk. With
+LRA_PROBE_MEMORY_LIMIT_AT_STEP=K, the process's address space is capped at what it maps plus
+LRA_PROBE_MEMORY_MARGIN_MB (default 256) when it fetches the batch of step K, so a step that
+allocates more fails in XLA's allocator, as on a device that is full.
 """
 import errno
 import hashlib
 import json
 import os
+import resource
 import signal
 import sys
 import time
@@ -30,13 +34,25 @@ def _log(record: dict) -> None:
     f.write(json.dumps(record) + "\n")
 
 
+def _after_checkpoint() -> None:
+  if "LRA_PROBE_AFTER_CHECKPOINT" not in os.environ:
+    return
+  after = RUN_DIR / "checkpoints" / os.environ["LRA_PROBE_AFTER_CHECKPOINT"]
+  deadline = time.time() + 300
+  while not after.is_dir() and time.time() < deadline:
+    time.sleep(0.05)
+
+
 def _fault_at(step: int) -> None:
+  if os.environ.get("LRA_PROBE_MEMORY_LIMIT_AT_STEP") == str(step):
+    _after_checkpoint()
+    with open("/proc/self/status") as f:
+      mapped = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    margin = int(os.environ.get("LRA_PROBE_MEMORY_MARGIN_MB", "256")) << 20
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + margin, resource.RLIM_INFINITY))
   for name, sig in (("DIE", signal.SIGKILL), ("FREEZE", signal.SIGSTOP)):
     if os.environ.get(f"LRA_PROBE_{name}_AT_STEP") == str(step):
-      after = RUN_DIR / "checkpoints" / os.environ.get("LRA_PROBE_AFTER_CHECKPOINT", "")
-      deadline = time.time() + 300
-      while not after.is_dir() and time.time() < deadline:
-        time.sleep(0.05)
+      _after_checkpoint()
       _log({"kind": name.lower(), "step": step, "time": time.time()})
       os.kill(os.getpid(), sig)
 
@@ -51,7 +67,7 @@ def _probed(batches, kind: str):
         step += 1
         _fault_at(step)
       inputs = [batch[k] for k in sorted(batch) if k.startswith("inputs")]
-      _log({"kind": kind, "step": step, "label": batch["label"].tolist(),
+      _log({"kind": kind, "step": step, "time": time.time(), "label": batch["label"].tolist(),
             "inputs": hashlib.sha256(b"".join(a.tobytes() for a in inputs)).hexdigest()})
       yield batch
   return wrapper

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -161,3 +162,244 @@ def test_a_failed_checkpoint_write_keeps_the_previous_checkpoint(data_dir, tmp_p
   steps = [r["step"] for r in reads if r["kind"] == "train"]
   assert steps == [1, 2, 3, 4, 5, 6, 3, 4, 5, 6, 7, 8]  # stopped at 6, resumed after step 2
   assert not list((run_dir / "checkpoints").glob("*tmp*"))  # the half-written one is cleaned up
+
+
+# ---------------------------------------------------------------------------------------------
+# Damaged checkpoints: real checkpoint files cut short, deleted, overwritten, their metadata gone.
+
+DAMAGE_RUN = ["train.num_steps=8", "eval.every_steps=2", "checkpoint.every_steps=2",
+              "checkpoint.keep=3"]
+
+
+@pytest.fixture(scope="module")
+def stopped_run(data_dir, tmp_path_factory):
+  """A run stopped by SIGTERM after its step-6 checkpoint (sealed checkpoints of steps 2, 4, 6 and
+  a best one), and the final.json of the same run uninterrupted."""
+  from lra import checkpoints
+  root = tmp_path_factory.mktemp("damage")
+  reference = run.run("listops", "softmax", preset="smoke", overrides=DAMAGE_RUN,
+                      data_dir=data_dir, run_dir=root / "reference", progress=False)
+  save = checkpoints.Checkpointer.save
+
+  def save_then_stop(self, step, *args, **kwargs):
+    save(self, step, *args, **kwargs)
+    if step == 6 and not kwargs.get("best"):
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  checkpoints.Checkpointer.save = save_then_stop
+  try:
+    stopped = run.run("listops", "softmax", preset="smoke", overrides=DAMAGE_RUN,
+                      data_dir=data_dir, run_dir=root / "stopped", progress=False)
+  finally:
+    checkpoints.Checkpointer.save = save
+  assert stopped["status"] == "interrupted" and stopped["step"] == 6
+  ckpts = root / "stopped" / "checkpoints"
+  assert sorted(p.name for p in ckpts.iterdir()) == ["2", "4", "6", "best"]
+  assert all((ckpts / s / "lra_manifest.json").exists() for s in ("2", "4", "6"))
+  return root / "stopped", reference
+
+
+def _array_file(step_dir):
+  """The largest array file of a checkpoint (the parameters and Adam moments)."""
+  return max((p for p in (step_dir / "state").rglob("*") if p.is_file() and "/d/" in str(p)),
+             key=lambda p: p.stat().st_size)
+
+
+def _cut_short(step_dir):
+  path = _array_file(step_dir)
+  os.truncate(path, path.stat().st_size // 2)
+  return "is cut short"
+
+
+def _deleted(step_dir):
+  _array_file(step_dir).unlink()
+  return "is missing"
+
+
+def _bytes_changed(step_dir):
+  path = _array_file(step_dir)
+  with open(path, "r+b") as f:  # same size, eight bytes of the data overwritten
+    f.seek(path.stat().st_size // 2)
+    f.write(b"\xff" * 8)
+  return "has changed since it was written"
+
+
+def _metadata_removed(step_dir):
+  (step_dir / "state" / "_METADATA").unlink()
+  return "state/_METADATA is missing"
+
+
+def _unsealed_metadata_cut_short(step_dir):
+  # A checkpoint killed before its manifest was written: Orbax's own reading finds the damage.
+  (step_dir / "lra_manifest.json").unlink()
+  metadata = step_dir / "bookkeeping" / "metadata"
+  os.truncate(metadata, 20)
+  return "Orbax cannot read it"
+
+
+@pytest.mark.parametrize("damage", [_cut_short, _deleted, _bytes_changed, _metadata_removed,
+                                    _unsealed_metadata_cut_short], ids=lambda f: f.__name__[1:])
+def test_a_damaged_checkpoint_is_moved_aside_and_the_run_resumes_from_the_newest_intact_one(
+    damage, stopped_run, data_dir, tmp_path, capsys):
+  from lra import checkpoints, train
+  from lra.run import load_data
+  run_dir = tmp_path / "run"
+  shutil.copytree(stopped_run[0], run_dir)
+  said = damage(run_dir / "checkpoints" / "6")
+  config = run.resolve_config("listops", "softmax", "smoke", DAMAGE_RUN)
+  data = load_data(config, data_dir)
+  s = train.setup(config, data.spec)
+  ckpt = checkpoints.Checkpointer(run_dir, keep=3)
+  try:
+    _, book, step = train.restore_or_init(s, data.spec, 0, ckpt)
+  finally:
+    ckpt.close()
+  assert step == 4 and 0 < book.best_val["step"] <= 4
+  lines = capsys.readouterr().err.splitlines()
+  assert len(lines) == 2, lines
+  assert lines[0].startswith(f"lra: the checkpoint of step 6 in {run_dir / 'checkpoints' / '6'} "
+                             "is damaged (") and said in lines[0], lines[0]
+  moved = list((run_dir / "checkpoints" / "damaged").iterdir())
+  assert len(moved) == 1 and moved[0].name.startswith("6-") and f"moved to {moved[0]}" in lines[0]
+  assert lines[1] == "lra: resuming from step 4, the newest intact checkpoint"
+  assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["2", "4", "best",
+                                                                         "damaged"]
+
+
+def test_a_resumed_run_past_a_damaged_checkpoint_ends_as_an_uninterrupted_one(
+    stopped_run, data_dir, tmp_path, capsys):
+  run_dir = tmp_path / "run"
+  shutil.copytree(stopped_run[0], run_dir)
+  _bytes_changed(run_dir / "checkpoints" / "6")  # the damage Orbax alone would not see
+  assert main(["run", "listops", "softmax", *SMOKE, "--data-dir", str(data_dir), "--run-dir",
+               str(run_dir), *(f"--config.{o}" for o in DAMAGE_RUN)]) == 0
+  err = capsys.readouterr().err
+  assert "Traceback" not in err and "resuming from step 4" in err, err
+  final = json.loads((run_dir / "final.json").read_text())
+  reference = stopped_run[1]
+  for key in ("status", "step", "best_step", "val_accuracy", "test_accuracy",
+              "best_test_accuracy", "test_accuracy_last"):
+    assert final[key] == reference[key], key
+  assert [p.name[:2] for p in (run_dir / "checkpoints" / "damaged").iterdir()] == ["6-"]
+
+
+def test_no_intact_checkpoint_says_so_and_the_same_command_starts_again(
+    stopped_run, data_dir, tmp_path, capsys, monkeypatch):
+  run_dir = tmp_path / "run"
+  shutil.copytree(stopped_run[0], run_dir)
+  for step, damage in (("2", _deleted), ("4", _metadata_removed), ("6", _cut_short)):
+    damage(run_dir / "checkpoints" / step)
+  args = ["run", "listops", "softmax", *SMOKE, "--data-dir", str(data_dir), "--run-dir",
+          str(run_dir), *(f"--config.{o}" for o in DAMAGE_RUN)]
+  monkeypatch.setattr(sys, "argv", ["lra", *args])  # as the shell would start it
+  assert main(args) == 2
+  err = capsys.readouterr().err
+  last = err.splitlines()[-1]
+  assert last.startswith(f"lra: error: no intact checkpoint in {run_dir / 'checkpoints'} (3 "
+                         "damaged, moved to "), err
+  assert last.endswith("the same command now starts the run again from step 0: lra " +
+                       " ".join(args)), last
+  assert "Traceback" not in err and len(err.splitlines()) == 4  # one line per damaged step
+  assert len(list((run_dir / "checkpoints" / "damaged").iterdir())) == 3
+  assert main(args) == 0
+  assert "holds no checkpoint" in capsys.readouterr().err  # started again from step 0
+  assert json.loads((run_dir / "final.json").read_text())["status"] == "complete"
+
+
+def test_eval_names_a_damaged_best_checkpoint_and_moves_nothing(stopped_run, data_dir, tmp_path,
+                                                                capsys):
+  run_dir = tmp_path / "run"
+  shutil.copytree(stopped_run[0], run_dir)
+  best = next((run_dir / "checkpoints" / "best").iterdir())
+  _cut_short(best)
+  before = sorted(str(p) for p in run_dir.rglob("*"))
+  assert main(["eval", str(run_dir), "--data-dir", str(data_dir)]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith(
+      f"lra: error: the checkpoint of step {best.name} in {best} is damaged ("), err
+  assert "is cut short" in err and f"lra eval {run_dir} --checkpoint last" in err, err
+  assert len(err.splitlines()) == 1
+  assert sorted(str(p) for p in run_dir.rglob("*")) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Out of memory: before the first step where XLA's estimate says so, else when an allocation fails.
+
+def test_a_step_too_big_for_the_device_stops_before_training_in_one_line(
+    data_dir, stopped_run, tmp_path, capsys, monkeypatch):
+  monkeypatch.setenv("LRA_DEVICE_MEMORY", "1MB")  # the smoke model's train step needs ~2 MB
+  run_dir = tmp_path / "new"
+  args = ["run", "listops", "softmax", *SMOKE, "--data-dir", str(data_dir)]
+  assert main([*args, "--run-dir", str(run_dir)]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("lra: error: the train step needs "), err
+  assert "MiB per device (XLA's estimate) and cpu:cpu has 1.0 MiB (LRA_DEVICE_MEMORY)" in err
+  for setting in ("--config.train.grad_accum_steps=2 (the same batch of 16 in slices of 8)",
+                  "--config.model.remat=true", "--config.mixers.softmax.query_chunk=128",
+                  "--config.model.dtype=bfloat16"):
+    assert setting in err, setting
+  assert len(err.splitlines()) == 1 and "Traceback" not in err
+  assert not run_dir.exists()  # it held nothing before: nothing is left behind
+  # Settings already chosen are not offered again.
+  assert main([*args, "--run-dir", str(run_dir), "--config.model.remat=true",
+               "--config.model.dtype=bfloat16"]) == 2
+  err = capsys.readouterr().err
+  assert "remat" not in err and "dtype" not in err and "grad_accum_steps" in err, err
+  # A folder that held a run keeps it, and its final.json says why it stopped.
+  held = tmp_path / "held"
+  shutil.copytree(stopped_run[0], held)
+  assert main([*args, "--run-dir", str(held), *(f"--config.{o}" for o in DAMAGE_RUN)]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("lra: error: the train step needs "), err
+  final = json.loads((held / "final.json").read_text())
+  assert final["status"] == "failed" and final["stop_reason"] == err[len("lra: error: "):].strip()
+  assert (held / "checkpoints" / "6").is_dir()  # it held a run: kept
+  monkeypatch.setenv("LRA_DEVICE_MEMORY", "100kB")  # below even the eval step's needs
+  assert main(["eval", str(held), "--data-dir", str(data_dir)]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("lra: error: the eval step needs ") and "--config.eval.batch_size=" in err
+
+
+@pytest.mark.slow  # generates its own longer sequences
+def test_an_allocation_that_fails_despite_the_estimate_ends_the_run_in_the_same_line(tmp_path):
+  run_dir = tmp_path / "run"
+  # Sequences of ~256 tokens, batch 128: softmax's train step allocates ~300 MB at once, more than
+  # the 64 MB of address space left to the process from step 3 on.
+  args = ["run", "listops", "softmax", *SMOKE, "--data-dir", str(tmp_path / "data"),
+          "--run-dir", str(run_dir), "--config.train.num_steps=4",
+          "--config.data.generator.max_length=512", "--config.data.generator.max_depth=6",
+          "--config.data.generator.max_args=8", "--config.train.batch_size=128",
+          "--config.checkpoint.every_steps=100"]
+  env = dict(os.environ, JAX_PLATFORMS="cpu", LRA_PROBE_LOG=str(tmp_path / "probe.jsonl"),
+             LRA_PROBE_MEMORY_LIMIT_AT_STEP="3", LRA_PROBE_MEMORY_MARGIN_MB="64")
+  run_dir.mkdir()
+  (run_dir / "notes.txt").write_text("a user's own file: the folder held something before")
+  done = subprocess.run([sys.executable, "tests/lra_probed.py", *args], cwd=ROOT, text=True,
+                        capture_output=True, env=env)
+  assert done.returncode == 2, done.stderr
+  generating, line = done.stderr.splitlines()  # the data it makes for itself, then the error
+  assert generating.startswith("listops: generating smoke data"), done.stderr
+  assert line.startswith("lra: error: out of memory in the train step ("), line
+  assert "Out of memory allocating" in line and "XLA estimated " in line
+  for setting in ("--config.train.grad_accum_steps=2", "--config.mixers.softmax.query_chunk=128"):
+    assert setting in line, setting
+  final = json.loads((run_dir / "final.json").read_text())
+  assert final["status"] == "failed" and final["stop_reason"] == line[len("lra: error: "):]
+  assert (run_dir / "notes.txt").exists()  # kept: it held something before
+
+
+def test_device_memory_is_read_with_units_and_a_bad_value_says_what_to_set(monkeypatch):
+  import jax
+  from lra import memory
+  monkeypatch.setenv("LRA_DEVICE_MEMORY", "1.5GiB")
+  assert memory.device_bytes(jax.devices()[0]) == (3 * 2**29, "LRA_DEVICE_MEMORY")
+  monkeypatch.setenv("LRA_DEVICE_MEMORY", "512 MB")
+  assert memory.device_bytes(jax.devices()[0])[0] == 512 * 10**6
+  monkeypatch.setenv("LRA_DEVICE_MEMORY", "lots")
+  with pytest.raises(ValueError, match=r"LRA_DEVICE_MEMORY='lots': expected a size such as 20GiB, "
+                     r"512MB or a number of bytes, e.g. LRA_DEVICE_MEMORY=20GiB"):
+    memory.device_bytes(jax.devices()[0])
+  monkeypatch.delenv("LRA_DEVICE_MEMORY")
+  have, source = memory.device_bytes(jax.devices()[0])  # this CPU: the host's available RAM
+  assert source == "available RAM" and 0 < have < os.sysconf("SC_PAGE_SIZE") * os.sysconf(
+      "SC_PHYS_PAGES")

@@ -50,7 +50,8 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _start_hosts(data_dir, run_dir, logs, cache, faults=({}, {}), timeout_s=None):
+def _start_hosts(data_dir, run_dir, logs, cache, faults=({}, {}), timeout_s=None,
+                 overrides=OVERRIDES):
   """Both processes of a two-host run, as the README's by-hand recipe starts them."""
   port = _free_port()
   procs = []
@@ -67,7 +68,7 @@ def _start_hosts(data_dir, run_dir, logs, cache, faults=({}, {}), timeout_s=None
     procs.append(subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "lra_probed.py"), "run", "listops", "softmax",
          "--preset", "smoke", "--quiet", "--data-dir", str(data_dir), "--run-dir", str(run_dir),
-         "--distributed", *(f"--config.{o}" for o in OVERRIDES)],
+         "--distributed", *(f"--config.{o}" for o in overrides)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
   return procs
 
@@ -162,7 +163,8 @@ def test_a_lost_process_stops_the_survivor_and_all_resume_to_the_same_scores(
   code, _, err, ended = _finish([procs[survivor]])[0]
   if fault == "FREEZE":
     procs[victim].send_signal(signal.SIGKILL)
-  assert _finish([procs[victim]])[0][0] == -signal.SIGKILL
+  victim_code, _, victim_err, _ = _finish([procs[victim]])[0]
+  assert victim_code == -signal.SIGKILL, victim_err
   faulted = next(r for r in _probe(logs, victim) if r["kind"] == fault.lower())["time"]
   stop_s = ended - faulted
   print(f"survivor {survivor} stopped {stop_s:.1f} s after process {victim} {fault}: {err}")
@@ -195,6 +197,49 @@ def test_a_lost_process_stops_the_survivor_and_all_resume_to_the_same_scores(
   reference = json.loads((reference_dir / "final.json").read_text())
   assert {k: resumed[k] for k in SCORES} == {k: reference[k] for k in SCORES}
   assert _rows(run_dir) == _rows(reference_dir)
+
+
+@pytest.mark.slow  # two processes started and compiled once more
+def test_sigterm_to_one_process_stops_every_process_at_the_next_step(
+    data_dir, compile_cache, tmp_path):
+  """A scheduler's SIGTERM reaches one host: all stop together within a step or two (no log point
+  on the way: they agree through the flag each step carries), save, and exit as `interrupted`."""
+  run_dir, logs = tmp_path / "run", tmp_path / "logs"
+  logs.mkdir()
+  far = 10**6  # no log, eval or checkpoint point before the stop
+  procs = _start_hosts(data_dir, run_dir, logs, compile_cache, overrides=[
+      f"train.num_steps={far}", f"train.log_every_steps={far}", f"eval.every_steps={far}",
+      f"checkpoint.every_steps={far}"])
+
+  def read(index):
+    return [r["step"] for r in _probe(logs, index) if r["kind"] == "train"] if (
+        logs / f"process{index}.jsonl").exists() else []
+  deadline = time.time() + 300
+  while min(len(read(0)), len(read(1))) < 20:  # past compiling, into steady steps
+    assert all(p.poll() is None for p in procs) and time.time() < deadline
+    time.sleep(0.05)
+  reached = max(read(1))
+  signalled = time.time()
+  procs[1].send_signal(signal.SIGTERM)
+  results = _finish(procs)
+  stop_s = max(ended for *_, ended in results) - signalled
+  for code, _, err, _ in results:
+    assert code == 130, err
+    assert "Traceback" not in err
+  final = json.loads((run_dir / "final.json").read_text())
+  stopped = final["step"]
+  # The batch of step `reached` was being read: its step or the next carries the request, and the
+  # flag is read one step late.
+  assert reached <= stopped <= reached + 3
+  assert [max(read(0)), max(read(1))] == [stopped, stopped]  # both stopped at the same step
+  assert final["status"] == "interrupted"
+  assert final["stop_reason"] == "stop requested on another process"  # process 0 was not signalled
+  assert (run_dir / "checkpoints" / str(stopped) / "lra_manifest.json").exists()
+  times = [r["time"] for r in _probe(logs, 0) if r["kind"] == "train"][5:]
+  step_s = (times[-1] - times[0]) / (len(times) - 1)
+  print(f"SIGTERM at step {reached}, stopped at step {stopped}, both exited {stop_s:.2f} s later; "
+        f"a step took {1e3 * step_s:.1f} ms")
+  assert stop_s < 60  # generous: a loaded machine; the checkpoint write is most of it
 
 
 def test_a_bad_peer_timeout_says_what_to_set(monkeypatch):
