@@ -128,6 +128,18 @@ def default_settings(cls: type[nn.Module]) -> dict[str, Any]:
   return settings
 
 
+def execution_path(key: str, settings: dict[str, Any], dtype: str) -> str:
+  """Which implementation a mixer's attention runs on this device ("" where there is one only).
+
+  Args:
+    key: the mixer's config block name (`config.model.mixer`).
+    settings: its block, `config.mixers[key]`.
+    dtype: the compute dtype, `config.model.dtype`.
+  """
+  del key, settings, dtype  # every mixer here has one implementation
+  return ""
+
+
 def describe(name: str) -> str:
   """One line for `lra list`: the first line of the class docstring."""
   return ((get_mixer(name).__doc__ or "").strip().splitlines() or [""])[0]
