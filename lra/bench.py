@@ -400,7 +400,7 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
 def main(args, overrides: Sequence[str]) -> int:
   """`lra bench`: prints one line per record, then the Markdown table; writes what was asked."""
   import json
-  mixers = args.mixers.split(",") if args.mixers else _all_mixers()
+  mixers = args.mixers.split(",") if args.mixers else all_mixers()
   lengths = [int(t) for t in args.lengths.split(",")]
   command = recorded_command()
   if args.xla_log:
@@ -430,6 +430,6 @@ def main(args, overrides: Sequence[str]) -> int:
   return 0
 
 
-def _all_mixers() -> list[str]:
+def all_mixers() -> list[str]:
   from lra.models.mixers import MIXERS
   return [BASELINE] + [m for m in MIXERS if m != BASELINE]
