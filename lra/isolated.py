@@ -62,6 +62,8 @@ def call_logged(fn: Callable[..., Any], kwargs: dict[str, Any], xla_log: Path | 
 
 def _child(send, fn, kwargs, xla_log, label) -> None:
   send.send(call_logged(fn, kwargs, xla_log, label))
+  # What XLA writes while the process shuts down stays out of the terminal too.
+  os.dup2(os.open(xla_log or os.devnull, os.O_WRONLY | os.O_APPEND | os.O_CREAT), 2)
 
 
 def call_isolated(fn: Callable[..., Any], kwargs: dict[str, Any], *, xla_log: Path | None = None,

@@ -4,7 +4,8 @@
   python tools/accelerator_check.py --quick          # small sizes: a CPU try-out in minutes
   bash tools/accelerator_check.sh OUT [COMMIT]       # the device tool's one command
 
-Phases, each ending by its share of --budget-s (time a phase leaves goes to the next):
+Phases, each ending by its share of --budget-s (time a phase leaves goes to the next; --phases
+picks some, and they share the whole budget):
   tests  the `gpu`-marked tests and the mixer tests (pytest), each test's outcome kept by name;
   bench  `lra bench` on a fixed grid: every registered mixer at T=1K, then at 4K, one process per
          record, out-of-memory records as `oom`, XLA's log in xla.log;
@@ -28,6 +29,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -40,9 +42,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("tests", "bench", "run", "probe")
-# When each phase must end, as a share of the budget counted from the start.
-ENDS_BY = {"tests": 0.2, "bench": 0.5, "run": 0.85, "probe": 1.0}
-RESERVE_S = 10  # for the last report after the probe
+# Each phase's share of the budget; a phase must end by the sum of its own and the earlier
+# phases' shares, counted from the start.
+SHARES = {"tests": 0.2, "bench": 0.3, "run": 0.35, "probe": 0.15}
+RESERVE_S = 10  # for the last report after the last phase
 # The files of the GPU run of 2026-11-26 (7 failures among them, names lost); tests/*.py naming a
 # registered mixer and files with `gpu`-marked tests are added to these.
 MIXER_TESTS = ("test_mixer_cores.py", "test_mixer_contract.py", "test_encoder_block.py",
@@ -62,8 +65,8 @@ SIZES = {
         bench=dict(lengths=(128,), batch_size=2, dim=16, num_layers=1, num_heads=2, num_steps=2,
                    warmup_steps=1, min_time_s=0.0, matmul_n=128),
         run_s=60, run_overrides=("model.num_layers=1", "model.dim=32", "model.mlp_dim=64",
-                                 "train.batch_size=16", "train.log_every_steps=5",
-                                 "eval.every_steps=20"),
+                                 "train.batch_size=16", "train.log_every_steps=10",
+                                 "eval.every_steps=200"),
         generate=("--num-train", "512", "--num-val", "64", "--num-test", "64", "--min-length",
                   "8", "--max-length", "80", "--max-depth", "4", "--max-args", "5")),
 }
@@ -227,6 +230,7 @@ def phase_bench(ctx: "Check", deadline: float) -> dict[str, Any]:
                             by_length=True, log=lambda line: ctx.say("  " + line))
   done = sum(not r["status"].startswith(("timeout", "not run")) for r in records)
   return {"grid": {**grid, "mixers": mixers}, "records": records,
+          "matmul_peak_flops_per_s": records[0]["matmul_peak_flops_per_s"] if records else None,
           "status": "done" if done == len(records) else
           f"partial: {done} of {len(records)} records before its time limit"}
 
@@ -353,15 +357,20 @@ class Check:
     self.args, self.quick = args, args.quick
     self.sizes = SIZES["quick" if args.quick else "full"]
     self.start = time.monotonic()
+    self.phases = [p for p in PHASES if p in args.phases.split(",")]
     self.children = Children()
     self.work = Path(tempfile.mkdtemp(prefix="lra_check_"))
     self.env: dict[str, Any] = {}
     self.out = self.work  # until the device is known
     self.report: dict[str, Any] = {}
+    self.listops = ListOpsData(self)
 
   def deadline(self, phase: str) -> float:
-    return self.start + ENDS_BY[phase] * self.args.budget_s - (
-        RESERVE_S if phase == PHASES[-1] else 0)
+    """When `phase` must end (time.monotonic()): the selected phases share the whole budget."""
+    mine = self.phases[:self.phases.index(phase) + 1]
+    share = sum(SHARES[p] for p in mine) / sum(SHARES[p] for p in self.phases)
+    return self.start + share * self.args.budget_s - (
+        RESERVE_S if phase == self.phases[-1] else 0)
 
   def say(self, line: str) -> None:
     print(line, flush=True)
@@ -383,23 +392,21 @@ def run_check(args: argparse.Namespace) -> Path:
   check.out.mkdir(parents=True, exist_ok=True)
   check.report = {
       "date": f"{date:%Y-%m-%d %H:%M} UTC", "quick": args.quick, "budget_s": args.budget_s,
-      "command": "python tools/accelerator_check.py " + shlex.join(sys.argv[1:]),
+      "command": "python tools/accelerator_check.py " + shlex.join(args.argv),
       "commit": args.commit or git_commit(), "environment": check.env, "phases": {}}
   check.say(f"accelerator check: {check.env.get('platform')}:{check.env.get('device_kind')} "
             f"({check.env.get('error', 'ok')}), budget {args.budget_s:.0f} s -> {check.out}")
   check.write()
-  phases = [p for p in PHASES if p in args.phases.split(",")]
-  check.listops = ListOpsData(check)
-  if "run" in phases:
+  if "run" in check.phases:
     check.listops.start()
   runners = {"tests": phase_tests, "bench": phase_bench, "run": phase_run, "probe": phase_probe}
   try:
-    for name in phases:
+    for name in check.phases:
       deadline = check.deadline(name)
       began = time.monotonic()
       check.say(f"{name}: until +{deadline - check.start:.0f} s")
       if "error" in check.env:
-        result = {"status": "skipped: JAX found no device"}
+        result = {"status": f"skipped: JAX did not start ({check.env['error'][:150]})"}
       elif deadline - began < 5:
         result = {"status": "skipped: out of time"}
       else:
@@ -414,6 +421,7 @@ def run_check(args: argparse.Namespace) -> Path:
   finally:
     check.children.stop_all()
     check.write()
+    shutil.rmtree(check.work, ignore_errors=True)  # the generated data and the run's checkpoints
   return check.out
 
 
@@ -475,7 +483,8 @@ def _bench_md(p: dict[str, Any]) -> list[str]:
   g = p["grid"]
   lines = [f"{g['num_layers']} layers, D={g['dim']}, {g['num_heads']} heads, batch "
            f"{g['batch_size']}; one process per record, XLA's log in xla.log. ms: median "
-           "train step (forward, backward, AdamW).", "",
+           "train step (forward, backward, AdamW). An f32 matmul at the default precision: "
+           f"{_n(p.get('matmul_peak_flops_per_s'), '.1f', 1e-12)} TFLOP/s.", "",
            "| mixer | path | T | status | ms | tokens/s | peak GiB | compile s |",
            "|---|---|---:|---|---:|---:|---:|---:|"]
   for r in p["records"]:
@@ -524,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                       "the probe")
   parser.add_argument("--probe-args", help="more arguments for tools/pathfinder_probe.py")
   args = parser.parse_args(argv)
+  args.argv = list(sys.argv[1:] if argv is None else argv)
   unknown = set(args.phases.split(",")) - set(PHASES)
   if unknown:
     parser.error(f"--phases: expected some of {','.join(PHASES)}, found {','.join(unknown)}")
