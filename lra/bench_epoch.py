@@ -25,6 +25,7 @@ import numpy as np
 from lra import run, train, writers
 from lra.bench_common import compiled_flops, device_name, recorded_command
 from lra.config_loading import resolve_config
+from lra.models.mixers import execution_path
 from lra.tasks.contract.batches import Batching, epoch_plan, example_lengths, make_batch
 
 MODES = ("fixed", "batch", "bucketing")
@@ -147,6 +148,9 @@ def epoch_bench(task: str, mixer: str, *, preset: str = "paper", overrides: Sequ
       "length_max": int(lengths.max()), "batch_size": tc.batch_size, "quantum": quantum,
       "num_layers": config.model.num_layers, "dim": config.model.dim,
       "dtype": config.model.dtype, "timed_steps_per_length": None if full else steps,
+      "execution_path": execution_path(config.model.mixer,
+                                       config.mixers[config.model.mixer].to_dict(),
+                                       config.model.dtype),
       "step_s_by_length": {str(t): v for t, v in sorted(per_shape.items())}},
       "modes": records}
 

@@ -101,6 +101,7 @@ def test_report_shows_partial_phases_and_failing_names():
   report = {
       "date": "2026-11-26 03:00 UTC", "quick": True, "budget_s": 480, "wall_s": 300,
       "command": "python tools/accelerator_check.py --quick", "commit": "abc",
+      "note": "Lent for 15 minutes.",
       "environment": {"platform": "gpu", "device_kind": "NVIDIA H200", "device_count": 1,
                       "memory_bytes": 140 * 2**30, "versions": {"jax": "0.11.2"}},
       "phases": {
@@ -116,7 +117,7 @@ def test_report_shows_partial_phases_and_failing_names():
                            "oom_detail": "Out of memory while trying to allocate 96.0GiB"}]},
           "probe": {"status": "skipped: no Pathfinder data", "seconds": 0}}}
   md = check.render(report)
-  assert "**A `--quick` run on gpu**" in md
+  assert "**A `--quick` run on gpu**" in md and "\nLent for 15 minutes.\n" in md
   assert "| gpu:NVIDIA H200 | 1 | 140.0 | - | - | 0.11.2 |" in md
   assert "## tests: partial: stopped at its time limit (96 s)" in md
   assert "| `tests/t.py::test_tf32` | failed | assert 1e-3 < 1e-5 |" in md

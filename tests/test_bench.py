@@ -48,6 +48,7 @@ def test_cli_records_table_plot_and_memory_growth(tmp_path, capsys):
     assert r["time_ms"] > 0 and r["peak_bytes"] > 0
     assert r["tokens_per_s"] == pytest.approx(r["seq_len"] / (r["time_ms"] / 1e3))
     assert r["matmul_peak_flops_per_s"] > 0
+    assert isinstance(r["execution_path"], str)  # models.mixers.execution_path's answer
   table = (out / "b.md").read_text()
   assert "| softmax | 256 |" in table and "| 1.00 | 1.000 |" in table  # softmax vs itself
   assert (out / "b.png").read_bytes()[:4] == b"\x89PNG"
@@ -80,6 +81,7 @@ def test_epoch_mode_plans_each_batching_mode_and_counts_its_compiles(tmp_path, c
   assert code == 0
   (result,) = json.loads(out.read_text())
   rows = {r["mode"]: r for r in result["modes"]}
+  assert isinstance(result["setup"]["execution_path"], str)
   assert list(rows) == ["fixed", "batch", "bucketing"]
   assert {r["steps"] for r in rows.values()} == {256 // 16}  # the same epoch length
   assert rows["fixed"]["compiles"] == 1 and rows["fixed"]["lengths"] == [32]

@@ -393,7 +393,8 @@ def run_check(args: argparse.Namespace) -> Path:
   check.report = {
       "date": f"{date:%Y-%m-%d %H:%M} UTC", "quick": args.quick, "budget_s": args.budget_s,
       "command": "python tools/accelerator_check.py " + shlex.join(args.argv),
-      "commit": args.commit or git_commit(), "environment": check.env, "phases": {}}
+      "commit": args.commit or git_commit(), "note": args.note, "environment": check.env,
+      "phases": {}}
   check.say(f"accelerator check: {check.env.get('platform')}:{check.env.get('device_kind')} "
             f"({check.env.get('error', 'ok')}), budget {args.budget_s:.0f} s -> {check.out}")
   check.write()
@@ -441,6 +442,8 @@ def render(report: dict[str, Any]) -> str:
   if report.get("quick"):
     lines += [f"**A `--quick` run on {env.get('platform', '?')}**: small sizes that show the "
               "report's format; none of its numbers says how fast an accelerator is.", ""]
+  if report.get("note"):
+    lines += [report["note"], ""]
   lines += [
       f"Made by `{report.get('command')}` at commit {report.get('commit')}; budget "
       f"{report.get('budget_s', 0):.0f} s, used {report.get('wall_s', 0):.0f} s. Each phase "
@@ -532,6 +535,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--pathfinder-cache", type=Path, help="a prepared Pathfinder cache for "
                       "the probe")
   parser.add_argument("--probe-args", help="more arguments for tools/pathfinder_probe.py")
+  parser.add_argument("--note", help="a sentence for the report (where, on whose machine, ...)")
   args = parser.parse_args(argv)
   args.argv = list(sys.argv[1:] if argv is None else argv)
   unknown = set(args.phases.split(",")) - set(PHASES)
