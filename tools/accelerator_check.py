@@ -537,7 +537,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--probe-args", help="more arguments for tools/pathfinder_probe.py")
   parser.add_argument("--note", help="a sentence for the report (where, on whose machine, ...)")
   args = parser.parse_args(argv)
-  args.argv = list(sys.argv[1:] if argv is None else argv)
+  # The command as recorded: the note is shown on its own.
+  args.argv = [a for a in (sys.argv[1:] if argv is None else argv)
+               if a != args.note and a != "--note" and not a.startswith("--note=")]
   unknown = set(args.phases.split(",")) - set(PHASES)
   if unknown:
     parser.error(f"--phases: expected some of {','.join(PHASES)}, found {','.join(unknown)}")
