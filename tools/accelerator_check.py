@@ -487,7 +487,7 @@ def _bench_md(p: dict[str, Any]) -> list[str]:
   lines = [f"{g['num_layers']} layers, D={g['dim']}, {g['num_heads']} heads, batch "
            f"{g['batch_size']}; one process per record, XLA's log in xla.log. ms: median "
            "train step (forward, backward, AdamW). An f32 matmul at the default precision: "
-           f"{_n(p.get('matmul_peak_flops_per_s'), '.1f', 1e-12)} TFLOP/s.", "",
+           f"{_n(p.get('matmul_peak_flops_per_s'), '.3g', 1e-12)} TFLOP/s.", "",
            "| mixer | path | T | status | ms | tokens/s | peak GiB | compile s |",
            "|---|---|---:|---|---:|---:|---:|---:|"]
   for r in p["records"]:
