@@ -1,13 +1,12 @@
 """`lra bench`: time and memory of the runner's own training step, per mixer and sequence length.
 
 Measures, summarises (ratios vs softmax, fitted exponents, share of the measured matmul peak) and
-writes JSON, a Markdown table and a log-log plot.
+writes JSON, a Markdown table and a log-log plot. Each record runs in a fresh process by default,
+with XLA's own log (the GPU autotuner's included) kept out of the terminal.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import datetime
-import multiprocessing
 import os
 import resource
 import statistics
@@ -24,8 +23,10 @@ from flax.training.train_state import TrainState
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra import memory, optim, writers
+from lra.bench_common import compiled_flops, device_name, recorded_command
 from lra.config_loading import mixer_label, resolve_config
-from lra.models.build import build_model
+from lra.isolated import call_isolated, call_logged, out_of_memory
+from lra.models.build import build_model, execution_path
 from lra.train import make_steps
 from lra.tasks.contract.spec import TaskSpec
 
@@ -42,13 +43,6 @@ def bench_config(mixer: str, *, dim: int, num_layers: int, num_heads: int,
   sizes = [f"model.dim={dim}", f"model.num_layers={num_layers}", f"model.num_heads={num_heads}",
            f"model.mlp_dim={4 * dim}"]
   return resolve_config("text", mixer, "paper", [*sizes, *overrides])
-
-
-def _flops(compiled) -> float | None:
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost  # older jax: one dict per module
-  flops = (cost or {}).get("flops")
-  return float(flops) if flops and flops > 0 else None
 
 
 def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: int,
@@ -68,8 +62,9 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
   device = jax.devices()[0]
   record: dict[str, Any] = {
       "mixer": mixer_label(config), "seq_len": seq_len, "batch_size": batch_size,
-      "device": f"{device.platform}:{getattr(device, 'device_kind', '')}", "dim": dim,
-      "num_layers": num_layers, "num_heads": num_heads, "overrides": list(overrides),
+      "device": device_name(device), "dim": dim, "num_layers": num_layers,
+      "num_heads": num_heads, "overrides": list(overrides), "dtype": config.model.dtype,
+      "execution_path": execution_path(config),
       "status": "ok", "time_ms": None, "tokens_per_s": None, "peak_bytes": None}
   mesh = jax.sharding.Mesh(np.asarray([device]), ("data",))
   rng = np.random.default_rng(0)
@@ -97,7 +92,7 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
         argument_bytes=int(mem.argument_size_in_bytes), output_bytes=int(mem.output_size_in_bytes),
         temp_bytes=int(mem.temp_size_in_bytes), alias_bytes=int(mem.alias_size_in_bytes))
     record["peak_bytes"] = memory.step_bytes(compiled)
-  record["flops"] = _flops(compiled)
+  record["flops"] = compiled_flops(compiled)
   available, _ = memory.device_bytes(device)
   if record["peak_bytes"] and available and record["peak_bytes"] > 0.9 * available:
     record["status"] = (f"skipped: needs {record['peak_bytes'] / 2**30:.1f} GiB, "
@@ -119,9 +114,10 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
       times.append(time.perf_counter() - start)
     cpu_after = resource.getrusage(resource.RUSAGE_SELF)
   except Exception as e:  # noqa: BLE001 - an out-of-memory step is a result, not a crash
-    if not memory.is_oom(e):
+    detail = out_of_memory(str(e))
+    if detail is None:
       raise
-    record["status"] = "oom"
+    record.update(status="oom", oom_detail=detail)
     return record
   seconds = statistics.median(times)
   record.update(time_ms=1e3 * seconds, time_ms_min=1e3 * min(times),
@@ -149,61 +145,91 @@ def matmul_peak(num_steps: int = 5, n: int | None = None) -> dict[str, Any]:
     jax.block_until_ready(matmul(a, a))
     times.append(time.perf_counter() - start)
   return {"matmul_n": n, "matmul_peak_flops_per_s": 2 * n**3 / statistics.median(times),
-          "device": f"{device.platform}:{getattr(device, 'device_kind', '')}"}
+          "device": device_name(device)}
 
 
-def _call(fn, kwargs):
-  return fn(**kwargs)
+def _record_job(fn, kwargs, *, isolate: bool, xla_log: Path | None, label: str,
+                deadline: float | None) -> tuple[Any, str | None, str | None]:
+  """One job of run_bench: isolated (stopped at `deadline`, a time.monotonic() value) or not."""
+  if deadline is not None and deadline - time.monotonic() < 1:
+    return None, "not run: out of time", None
+  if not isolate:
+    return call_logged(fn, kwargs, xla_log, label)
+  timeout = None if deadline is None else deadline - time.monotonic()
+  return call_isolated(fn, kwargs, xla_log=xla_log, label=label, timeout_s=timeout)
 
 
 def run_bench(mixers: Sequence[str], lengths: Sequence[int], batch_size: int, *, dim: int,
               num_layers: int, num_heads: int, overrides: Sequence[str] = (),
               num_steps: int = 5, warmup_steps: int = 2, min_time_s: float = 1.0,
-              isolate: bool = True, matmul_n: int | None = None, log=None) -> list[dict[str, Any]]:
+              isolate: bool = True, matmul_n: int | None = None, log=None,
+              xla_log: Path | None = None, deadline: float | None = None,
+              by_length: bool = False) -> list[dict[str, Any]]:
   """Measures every (mixer, T); with `isolate` each in a fresh process.
 
   A fresh process per record makes peak RSS that record's own, and frees an accelerator fully
-  between records (JAX preallocates most of its memory per process).
-  """
-  jobs = [(matmul_peak, {"num_steps": num_steps, "n": matmul_n})]
-  for mixer in mixers:
-    # Unknown mixers and bad overrides fail here, before any process starts.
-    bench_config(mixer, dim=dim, num_layers=num_layers, num_heads=num_heads, overrides=overrides)
-    for seq_len in lengths:
-      jobs.append((measure, dict(mixer=mixer, seq_len=seq_len, batch_size=batch_size, dim=dim,
-                                 num_layers=num_layers, num_heads=num_heads,
-                                 overrides=tuple(overrides), num_steps=num_steps,
-                                 warmup_steps=warmup_steps, min_time_s=min_time_s)))
-  results = []
-  for fn, kwargs in jobs:
-    try:
-      if isolate:
-        with concurrent.futures.ProcessPoolExecutor(
-            1, mp_context=multiprocessing.get_context("spawn")) as pool:
-          result = pool.submit(_call, fn, kwargs).result()
-      else:
-        result = fn(**kwargs)
-    except Exception as e:  # noqa: BLE001 - one failing mixer should not lose the others' rows
-      if fn is matmul_peak:
-        raise
-      result = {**kwargs, "status": f"error: {type(e).__name__}: {str(e)[:200]}",
-                "time_ms": None, "tokens_per_s": None, "peak_bytes": None, "device": None}
-    results.append(result)
-    if log and "mixer" in result:
-      log(format_record(result))
-  peak = results[0]["matmul_peak_flops_per_s"]
-  records = results[1:]
-  for r in records:
-    r["matmul_peak_flops_per_s"] = peak
-    r["fraction_of_matmul_peak"] = (r["flops_per_s"] / peak if r.get("flops_per_s") else None)
-  return records
+  between records. A record that cannot compile or run for lack of memory is `oom` (with
+  `oom_detail`, the line that said so); any other failure is `error: ...`; neither stops the
+  others. XLA's log goes to `xla_log` (appended), or nowhere.
 
+  Args:
+    deadline: a time.monotonic() value; isolated records still running then are stopped
+      (`timeout: ...`) and later ones are `not run: out of time`.
+    by_length: run every mixer at the first length before any at the next (so a deadline cuts
+      lengths, not mixers); the records come back in (mixer, T) order either way.
+  Returns:
+    One record per (mixer, T), with the matmul peak and each record's share of it.
+  """
+  for mixer in mixers:  # unknown mixers and bad overrides fail here, before any process starts
+    bench_config(mixer, dim=dim, num_layers=num_layers, num_heads=num_heads, overrides=overrides)
+  order = ([(m, t) for t in lengths for m in mixers] if by_length
+           else [(m, t) for m in mixers for t in lengths])
+  peak, error, _ = _record_job(matmul_peak, {"num_steps": num_steps, "n": matmul_n},
+                               isolate=isolate, xla_log=xla_log, label="matmul peak",
+                               deadline=deadline)
+  if error and log:
+    log(f"matmul peak: {error.splitlines()[0][:200]}")
+  peak = (peak or {}).get("matmul_peak_flops_per_s")
+  records = {}
+  for mixer, seq_len in order:
+    kwargs = dict(mixer=mixer, seq_len=seq_len, batch_size=batch_size, dim=dim,
+                  num_layers=num_layers, num_heads=num_heads, overrides=tuple(overrides),
+                  num_steps=num_steps, warmup_steps=warmup_steps, min_time_s=min_time_s)
+    record, error, oom = _record_job(measure, kwargs, isolate=isolate, xla_log=xla_log,
+                                     label=f"{mixer} T={seq_len}", deadline=deadline)
+    if record is None:  # one failing record should not lose the others
+      record = {**kwargs, "overrides": list(overrides), "device": None, "time_ms": None,
+                "tokens_per_s": None, "peak_bytes": None,
+                "status": "oom" if oom else error.splitlines()[0][:200]}
+      if oom:
+        record["oom_detail"] = oom
+      elif not record["status"].startswith(("timeout", "not run")):
+        record["status"] = "error: " + record["status"]
+    record["matmul_peak_flops_per_s"] = peak
+    record["fraction_of_matmul_peak"] = (record["flops_per_s"] / peak
+                                         if peak and record.get("flops_per_s") else None)
+    records[mixer, seq_len] = record
+    if log:
+      log(format_record(record))
+  return [records[m, t] for m in mixers for t in lengths]
 
 def format_record(r: dict[str, Any]) -> str:
+  """One line per record (an out-of-memory record with the line that said so)."""
+  name = _name(r)
   if r["status"] != "ok":
-    return f"{r['mixer']:<16} T={r['seq_len']:<6} {r['status']}"
-  return (f"{r['mixer']:<16} T={r['seq_len']:<6} {r['time_ms']:9.1f} ms  "
+    detail = f" ({r['oom_detail']})" if r.get("oom_detail") else ""
+    return f"{name:<16} T={r['seq_len']:<6} {r['status']}{detail}"
+  return (f"{name:<16} T={r['seq_len']:<6} {r['time_ms']:9.1f} ms  "
           f"{r['tokens_per_s']:10.0f} tok/s  {r['peak_bytes'] / 2**20:9.1f} MiB")
+
+
+def _name(r: dict[str, Any]) -> str:
+  """The mixer, with the attention implementation that ran where the mixer names one."""
+  return r["mixer"] + (f" [{r['execution_path']}]" if r.get("execution_path") else "")
+
+
+def _device(records: list[dict[str, Any]]) -> str:
+  return next((r["device"] for r in records if r.get("device")), "an unknown device")
 
 
 def _fit_exponent(points: list[tuple[float, float]]) -> float | None:
@@ -254,24 +280,6 @@ def _num(x, fmt: str) -> str:
   return "-" if x is None else format(x, fmt)
 
 
-def recorded_command(argv: Sequence[str] | None = None) -> str:
-  """The `lra bench ...` line a generated file names, without this machine in it: paths under the
-  current folder become relative and the home folder becomes ~, so the line re-runs from a
-  checkout anywhere."""
-  argv = list(sys.argv if argv is None else argv)
-  if argv[1:2] != ["bench"]:
-    return "lra bench"
-  cwd, home = os.getcwd() + os.sep, os.path.expanduser("~")
-  words = []
-  for word in argv[2:]:
-    if word.startswith(cwd):
-      word = word[len(cwd):]
-    elif word.startswith(home + os.sep):
-      word = "~" + word[len(home):]
-    words.append(word)
-  return " ".join(["lra bench", *words])
-
-
 def markdown(records: list[dict[str, Any]], command: str, sha: str | None = None) -> str:
   """The generated table: provenance, per-record numbers with ratios, exponents per mixer."""
   summary = summarise(records)
@@ -279,7 +287,7 @@ def markdown(records: list[dict[str, Any]], command: str, sha: str | None = None
   r0 = records[0]
   lines = [
       "# Training-step speed and memory per mixer", "",
-      f"Generated by `{command}` on {r0['device']} at "
+      f"Generated by `{command}` on {_device(records)} at "
       f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, git "
       f"{sha or writers.git_sha()}. Do not edit: re-run the command.", "",
       f"Model: the shared encoder, {r0['num_layers']} layers, D={r0['dim']}, "
@@ -289,7 +297,7 @@ def markdown(records: list[dict[str, Any]], command: str, sha: str | None = None
       "state donated), after warm-up. Memory: XLA's analysis of the compiled step (arguments + "
       "outputs + temporaries - donated aliases). Ratios are against softmax at the same length; "
       "speed-up > 1 is faster, memory < 1 is smaller. Matmul peak: f32 "
-      f"{r0.get('matmul_peak_flops_per_s', 0) / 1e9:.1f} GFLOP/s measured by the bench. CPU s: "
+      f"{(r0.get('matmul_peak_flops_per_s') or 0) / 1e9:.1f} GFLOP/s measured by the bench. CPU s: "
       "process CPU time per step, of which system time in brackets (on CPU mostly the kernel "
       "mapping and zeroing the step's temporaries afresh).", "",
       "| mixer | T | time ms | tokens/s | peak MiB | speed-up vs softmax | memory vs softmax "
@@ -298,11 +306,11 @@ def markdown(records: list[dict[str, Any]], command: str, sha: str | None = None
   for r in records:
     q = ratio.get((r["mixer"], r["seq_len"]), {})
     if r["status"] != "ok":
-      lines.append(f"| {r['mixer']} | {r['seq_len']} | {r['status']} ||||||||| ")
+      lines.append(f"| {_name(r)} | {r['seq_len']} | {r['status']} ||||||||| ")
       continue
     frac = r.get("fraction_of_matmul_peak")
     lines.append(
-        f"| {r['mixer']} | {r['seq_len']} | {r['time_ms']:.1f} | {r['tokens_per_s']:.0f} | "
+        f"| {_name(r)} | {r['seq_len']} | {r['time_ms']:.1f} | {r['tokens_per_s']:.0f} | "
         f"{r['peak_bytes'] / 2**20:.1f} | {_num(q.get('speedup'), '.2f')} | "
         f"{_num(q.get('memory_ratio'), '.3f')} | {_num(r.get('flops_per_s') and r['flops_per_s'] / 1e9, '.1f')} | "
         f"{_num(frac and 100 * frac, '.1f')} | "
@@ -331,7 +339,7 @@ def readme_block(records: list[dict[str, Any]], md_path: Path | None,
   r0 = records[0]
   link = f" Full table: [{md_path.as_posix()}]({md_path.as_posix()})." if md_path else ""
   return (f"{README_MARKERS[0]}\n<!-- Generated by `lra bench --readme`; do not edit between "
-          f"these markers. -->\n\nOn {r0['device']}, git {sha or writers.git_sha()}: {r0['num_layers']} "
+          f"these markers. -->\n\nOn {_device(records)}, git {sha or writers.git_sha()}: {r0['num_layers']} "
           f"layer(s), D={r0['dim']}, batch {r0['batch_size']}, T="
           f"{','.join(str(t) for t in sorted({r['seq_len'] for r in records}))}; ratios at the "
           f"largest T softmax also ran.{link}\n\n{summary}\n\n{README_MARKERS[1]}")
@@ -364,7 +372,7 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
   axes[0].legend(fontsize=8)
   r0 = records[0]
-  fig.suptitle(f"{r0['device']}: {r0['num_layers']} layers, D={r0['dim']}, batch "
+  fig.suptitle(f"{_device(records)}: {r0['num_layers']} layers, D={r0['dim']}, batch "
                f"{r0['batch_size']}", fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
@@ -374,17 +382,17 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
 def main(args, overrides: Sequence[str]) -> int:
   """`lra bench`: prints one line per record, then the Markdown table; writes what was asked."""
   import json
-  if args.epoch:
-    from lra import bench_epoch
-    return bench_epoch.main(args, overrides)
-  mixers = args.mixers.split(",") if args.mixers else _all_mixers()
+  mixers = args.mixers.split(",") if args.mixers else all_mixers()
   lengths = [int(t) for t in args.lengths.split(",")]
   command = recorded_command()
+  if args.xla_log:
+    args.xla_log.parent.mkdir(parents=True, exist_ok=True)
+    args.xla_log.write_text("")  # each record appends its part
   records = run_bench(mixers, lengths, args.batch, dim=args.dim, num_layers=args.layers,
                       num_heads=args.heads, overrides=overrides, num_steps=args.steps,
                       warmup_steps=args.warmup, min_time_s=args.min_time,
                       isolate=not args.in_process,
-                      matmul_n=args.matmul_n,
+                      matmul_n=args.matmul_n, xla_log=args.xla_log,
                       log=lambda line: print(line, file=sys.stderr, flush=True))
   sha = writers.git_sha()  # before this command writes tracked files (they would read -dirty)
   table = markdown(records, command, sha)
@@ -406,6 +414,6 @@ def main(args, overrides: Sequence[str]) -> int:
   return 0
 
 
-def _all_mixers() -> list[str]:
+def all_mixers() -> list[str]:
   from lra.models.mixers import MIXERS
   return [BASELINE] + [m for m in MIXERS if m != BASELINE]

@@ -22,9 +22,10 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
-from lra import bench, run, train, writers
-from lra.bench import _flops
+from lra import run, train, writers
+from lra.bench_common import compiled_flops, device_name, recorded_command
 from lra.config_loading import resolve_config
+from lra.models.build import execution_path
 from lra.tasks.contract.batches import Batching, epoch_plan, example_lengths, make_batch
 
 MODES = ("fixed", "batch", "bucketing")
@@ -85,7 +86,7 @@ def epoch_bench(task: str, mixer: str, *, preset: str = "paper", overrides: Sequ
     began = time.perf_counter()
     programs[t] = s.train_step.lower(state, batch).compile()
     compile_s[t] = time.perf_counter() - began
-    flops[t] = _flops(programs[t])
+    flops[t] = compiled_flops(programs[t])
     state, sums = programs[t](state, batch)  # the untimed first call
     jax.block_until_ready(sums)
     log(f"T={t}: compiled in {compile_s[t]:.1f}s")
@@ -121,7 +122,6 @@ def epoch_bench(task: str, mixer: str, *, preset: str = "paper", overrides: Sequ
     log("step s by T: " + ", ".join(f"{t}: {v:.3f}" for t, v in sorted(per_shape.items())))
     totals = {mode: float(sum(per_shape[int(t)] for t in plans[mode][1])) for mode in modes}
 
-  device = jax.devices()[0]
   records = []
   for mode in modes:
     plan, padded = plans[mode]
@@ -141,13 +141,14 @@ def epoch_bench(task: str, mixer: str, *, preset: str = "paper", overrides: Sequ
     r["speedup_vs_fixed"] = base / r["epoch_s"] if base else None
   return {"setup": {
       "task": task, "mixer": mixer, "preset": preset, "overrides": list(overrides),
-      "device": f"{device.platform}:{getattr(device, 'device_kind', '')}",
+      "device": device_name(jax.devices()[0]),
       "num_devices": jax.device_count(), "xla_flags": os.environ.get("XLA_FLAGS", ""),
       "num_examples": len(lengths), "seq_len": spec.seq_len,
       "length_min": int(lengths.min()), "length_mean": float(lengths.mean()),
       "length_max": int(lengths.max()), "batch_size": tc.batch_size, "quantum": quantum,
       "num_layers": config.model.num_layers, "dim": config.model.dim,
       "dtype": config.model.dtype, "timed_steps_per_length": None if full else steps,
+      "execution_path": execution_path(config),
       "step_s_by_length": {str(t): v for t, v in sorted(per_shape.items())}},
       "modes": records}
 
@@ -182,7 +183,7 @@ def markdown(result: dict[str, Any], command: str, sha: str | None = None) -> st
 
 def main(args, overrides: Sequence[str]) -> int:
   """`lra bench --epoch TASK`: the table on stdout; --json and --md write it too."""
-  command = bench.recorded_command()
+  command = recorded_command()
   mixers = args.mixers.split(",") if args.mixers else ["latte"]
   modes = args.modes.split(",")
   for mode in modes:

@@ -142,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "<!-- lra-bench:start --> and <!-- lra-bench:end -->")
   bench.add_argument("--in-process", action="store_true", help="measure every record in this "
                      "process (faster; peak RSS is then cumulative)")
+  bench.add_argument("--xla-log", type=Path, metavar="FILE", help="write XLA's own log (the GPU "
+                     "autotuner's included) here; by default it is dropped")
   epoch = bench.add_argument_group(
       "one training epoch (--epoch TASK)", "The time of an epoch of TASK's prepared training "
       "data per batching mode, with compile counts; the model is the preset's (--preset, "
@@ -320,6 +322,9 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
   if args.command == "data":
     return data_commands.dispatch(args)
+  if args.command == "bench" and args.epoch:
+    from lra import bench_epoch
+    return bench_epoch.main(args, overrides)
   if args.command == "bench":
     from lra import bench
     return bench.main(args, overrides)

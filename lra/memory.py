@@ -14,9 +14,6 @@ import ml_collections
 MEMORY_ENV = "LRA_DEVICE_MEMORY"
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-# What XLA says when an allocation fails: RESOURCE_EXHAUSTED from the GPU/TPU allocators, "Out of
-# memory" from them and from the CPU client.
-_OOM_MARKERS = ("RESOURCE_EXHAUSTED", "out of memory")
 
 
 class OutOfMemoryError(OSError):
@@ -65,8 +62,9 @@ def parse_bytes(text: str) -> int:
 
 
 def is_oom(error: BaseException) -> bool:
-  text = str(error).lower()
-  return any(marker.lower() in text for marker in _OOM_MARKERS)
+  """Whether `error` says memory ran out (the markers live in lra/isolated.py, which lra bench's
+  isolated records use too)."""
+  return isolated.out_of_memory(str(error)) is not None
 
 
 def size(n: int | None) -> str:

@@ -1,9 +1,13 @@
 """`lra bench` on tiny sizes: well-formed records, ratios and exponents; no timing asserts."""
+import functools
 import json
+import os
+import signal
+import time
 
 import pytest
 
-from lra import bench
+from lra import bench, bench_common, isolated
 from lra.cli import main
 
 def test_exponent_and_ratios_from_known_records():
@@ -33,7 +37,8 @@ def test_cli_records_table_plot_and_memory_growth(tmp_path, capsys):
                "--dim", "16", "--layers", "1", "--heads", "2", "--steps", "2", "--warmup", "1",
                "--min-time", "0",
                "--in-process", "--matmul-n", "128", "--json", str(out / "b.json"),
-               "--md", str(out / "b.md"), "--plot", str(out / "b.png"), "--config.mixers.latte.num_latents=4"])
+               "--md", str(out / "b.md"), "--plot", str(out / "b.png"), "--config.mixers.latte.num_latents=4",
+               "--xla-log", str(out / "xla.log")])
   assert code == 0
   records = json.loads((out / "b.json").read_text())
   assert [(r["mixer"], r["seq_len"]) for r in records] == [
@@ -43,9 +48,11 @@ def test_cli_records_table_plot_and_memory_growth(tmp_path, capsys):
     assert r["time_ms"] > 0 and r["peak_bytes"] > 0
     assert r["tokens_per_s"] == pytest.approx(r["seq_len"] / (r["time_ms"] / 1e3))
     assert r["matmul_peak_flops_per_s"] > 0
+    assert isinstance(r["execution_path"], str)  # models.mixers.execution_path's answer
   table = (out / "b.md").read_text()
   assert "| softmax | 256 |" in table and "| 1.00 | 1.000 |" in table  # softmax vs itself
   assert (out / "b.png").read_bytes()[:4] == b"\x89PNG"
+  assert "==== latte T=256 ====" in (out / "xla.log").read_text()
   assert "| softmax | 64 |" in capsys.readouterr().out
   spliced = readme.read_text()
   assert spliced.startswith("intro\n<!-- lra-bench:start -->") and spliced.endswith(
@@ -74,6 +81,7 @@ def test_epoch_mode_plans_each_batching_mode_and_counts_its_compiles(tmp_path, c
   assert code == 0
   (result,) = json.loads(out.read_text())
   rows = {r["mode"]: r for r in result["modes"]}
+  assert isinstance(result["setup"]["execution_path"], str)
   assert list(rows) == ["fixed", "batch", "bucketing"]
   assert {r["steps"] for r in rows.values()} == {256 // 16}  # the same epoch length
   assert rows["fixed"]["compiles"] == 1 and rows["fixed"]["lengths"] == [32]
@@ -96,6 +104,71 @@ def test_recorded_command_names_no_machine_paths(tmp_path, monkeypatch):
   monkeypatch.setenv("HOME", "/home/someone")
   argv = ["lra", "bench", "--epoch", "listops", "--data-dir", "/home/someone/.cache/lra",
           "--json", str(tmp_path / "results" / "e.json"), "--md", "/elsewhere/e.md"]
-  assert bench.recorded_command(argv) == ("lra bench --epoch listops --data-dir ~/.cache/lra "
-                                          "--json results/e.json --md /elsewhere/e.md")
-  assert bench.recorded_command(["python", "-m", "x"]) == "lra bench"
+  assert bench_common.recorded_command(argv) == (
+      "lra bench --epoch listops --data-dir ~/.cache/lra --json results/e.json --md /elsewhere/e.md")
+  assert bench_common.recorded_command(["python", "-m", "x"]) == "lra bench"
+
+
+@pytest.mark.parametrize("message, expected", [
+    ("XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 103079215104 "
+     "bytes.", True),
+    ("INTERNAL: Failed to allocate request for 96.00GiB (103079215104B) on device ordinal 0", True),
+    ("INTERNAL: cuDNN error: CUDNN_STATUS_ALLOC_FAILED", True),
+    ("INTERNAL: CUDA_ERROR_OUT_OF_MEMORY: out of memory", True),
+    ("INTERNAL: Autotuning failed for HLO: %fusion = f32[32,4,16384,16384]", False),
+    ("ValueError: Unknown mixer 'nope'", False)])
+def test_out_of_memory_is_read_from_the_error_or_the_log(message, expected):
+  assert (isolated.out_of_memory(message) is not None) == expected
+  # The autotuner fails as INTERNAL and says why only in XLA's log.
+  log = "W external/xla/autotuner.cc:123] Out of memory while trying to allocate 96.00GiB\n"
+  assert isolated.out_of_memory(message, log) is not None
+
+
+def test_isolated_calls_end_as_one_line_each(tmp_path, capfd):
+  xla_log = tmp_path / "xla.log"
+  say = functools.partial(os.write, 2, b"E0000 autotuner: Out of memory while trying\n")
+  assert isolated.call_isolated(say, {}, xla_log=xla_log, label="loud") == (44, None, None)
+  assert isolated.call_isolated(functools.partial(int, "x"), {})[1].startswith("ValueError")
+  result, error, oom = isolated.call_isolated(
+      functools.partial(signal.raise_signal, signal.SIGKILL), {})
+  assert result is None and "out-of-memory killer" in oom
+  began = time.monotonic()
+  _, error, oom = isolated.call_isolated(functools.partial(time.sleep, 60), {}, timeout_s=1)
+  assert error == "timeout: stopped after 1 s" and oom is None
+  assert time.monotonic() - began < 30
+  assert xla_log.read_text() == "==== loud ====\nE0000 autotuner: Out of memory while trying\n"
+  assert "autotuner" not in capfd.readouterr().err  # XLA's log never reaches the terminal
+
+
+def test_a_record_out_of_memory_is_one_oom_line_and_time_cuts_lengths(monkeypatch, tmp_path,
+                                                                      capfd):
+  calls = []
+
+  def fake_measure(mixer, seq_len, **kwargs):
+    calls.append((mixer, seq_len))
+    if seq_len > 64:
+      os.write(2, b"100 lines of the autotuner\nOut of memory while trying to allocate 9 GiB\n")
+      raise RuntimeError("INTERNAL: Autotuning failed for HLO %fusion.1")
+    return {"mixer": mixer, "seq_len": seq_len, "status": "ok", "time_ms": 1.0,
+            "tokens_per_s": 1.0, "peak_bytes": 1, "flops_per_s": 5.0}
+
+  monkeypatch.setattr(bench, "measure", fake_measure)
+  monkeypatch.setattr(bench, "matmul_peak", lambda **kw: {"matmul_peak_flops_per_s": 10.0})
+  lines = []
+  records = bench.run_bench(["softmax", "latte"], [64, 128], 1, dim=16, num_layers=1,
+                            num_heads=2, isolate=False, by_length=True, log=lines.append,
+                            xla_log=tmp_path / "xla.log")
+  assert calls == [("softmax", 64), ("latte", 64), ("softmax", 128), ("latte", 128)]
+  assert [(r["mixer"], r["seq_len"], r["status"]) for r in records] == [
+      ("softmax", 64, "ok"), ("softmax", 128, "oom"), ("latte", 64, "ok"), ("latte", 128, "oom")]
+  assert records[0]["fraction_of_matmul_peak"] == pytest.approx(0.5)
+  assert records[1]["oom_detail"] == "Out of memory while trying to allocate 9 GiB"
+  assert lines[1].split()[:4] == ["latte", "T=64", "1.0", "ms"]
+  assert lines[2] == ("softmax          T=128    oom (Out of memory while trying to allocate "
+                      "9 GiB)")
+  assert "autotuner" not in capfd.readouterr().err
+  assert "100 lines of the autotuner" in (tmp_path / "xla.log").read_text()
+  calls.clear()
+  late = bench.run_bench(["latte"], [64], 1, dim=16, num_layers=1, num_heads=2, isolate=False,
+                         deadline=time.monotonic())
+  assert calls == [] and late[0]["status"] == "not run: out of time"
