@@ -11,6 +11,8 @@ import re
 import jax
 import ml_collections
 
+from lra import isolated
+
 MEMORY_ENV = "LRA_DEVICE_MEMORY"
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
