@@ -66,6 +66,15 @@ def mixer_configs() -> ml_collections.ConfigDict:
       # Linformer paper's k=256 with separate E, F per head; the LRA code: 16, shared E=F, heads.
       "linformer": {"proj_len": 256, "share_kv": False, "share_heads": False},
       "luna": {"packed_len": 128},
+      # Window of w=512 positions (LRA code); the first token global (the paper's CLS; the LRA
+      # code ran none), with its own projections (paper and LRA code).
+      "longformer": {"window": 512, "num_global": 1, "global_projections": True},
+      # ITC: blocks of 64, 3 window + 2 global + 3 random blocks per query block (LRA code).
+      "bigbird": {"block": 64, "num_random": 3, "seed": 0},
+      # One hash round (LRA code); 32 buckets and chunks of 64 (ours: ~T/c buckets at T=2000);
+      # chunks attend to one neighbour on each side; unit-length keys (the paper).
+      "reformer": {"num_hashes": 1, "num_buckets": 32, "chunk_len": 64, "chunks_before": 1,
+                   "chunks_after": 1, "normalize_keys": True, "seed": 0},
   })
 
 
