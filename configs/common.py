@@ -229,11 +229,24 @@ def lra_model(c: ml_collections.ConfigDict) -> None:
 
 
 def lra_mixers(c: ml_collections.ConfigDict) -> None:
-  """The mixer settings the original LRA code ran."""
+  """The mixer settings the original LRA code ran (a task sets Reformer's chunk, see
+  `lra_reformer_chunk`)."""
   c.mixers.performer.kernel = "relu"
   c.mixers.linformer.proj_len = 16
   c.mixers.linformer.share_kv = True
   c.mixers.linformer.share_heads = True
+  c.mixers.longformer.num_global = 0
+  # One hash into 10 buckets; each chunk looks one chunk back (in sorted order), unnormalised keys.
+  c.mixers.reformer.num_hashes, c.mixers.reformer.num_buckets = 1, 10
+  c.mixers.reformer.chunks_after = 0
+  c.mixers.reformer.normalize_keys = False
+
+
+def lra_reformer_chunk(tokens: int) -> int:
+  """The LRA code's Reformer chunk for an encoder input of `tokens` (CLS included): it pads the
+  sequence to the next multiple of 10 (always by at least one) and cuts it into
+  num_hashes x num_buckets = 10 chunks."""
+  return (tokens + 10 - tokens % 10) // 10
 
 
 def lra_rsqrt(c: ml_collections.ConfigDict, *, num_steps: int, warmup_steps: int) -> None:
