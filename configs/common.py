@@ -68,6 +68,15 @@ def mixer_configs() -> ml_collections.ConfigDict:
       # Linformer paper's k=256 with separate E, F per head; the LRA code: 16, shared E=F, heads.
       "linformer": {"proj_len": 256, "share_kv": False, "share_heads": False},
       "luna": {"packed_len": 128},
+      # Window of w=512 positions (LRA code); the first token global (the paper's CLS; the LRA
+      # code ran none), with its own projections (paper and LRA code).
+      "longformer": {"window": 512, "num_global": 1, "global_projections": True},
+      # ITC: blocks of 64, 3 window + 2 global + 3 random blocks per query block (LRA code).
+      "bigbird": {"block": 64, "num_random": 3, "seed": 0},
+      # One hash round (LRA code); 32 buckets and chunks of 64 (ours: ~T/c buckets at T=2000);
+      # chunks attend to one neighbour on each side; unit-length keys (the paper).
+      "reformer": {"num_hashes": 1, "num_buckets": 32, "chunk_len": 64, "chunks_before": 1,
+                   "chunks_after": 1, "normalize_keys": True, "seed": 0},
   })
 
 
@@ -222,11 +231,24 @@ def lra_model(c: ml_collections.ConfigDict) -> None:
 
 
 def lra_mixers(c: ml_collections.ConfigDict) -> None:
-  """The mixer settings the original LRA code ran."""
+  """The mixer settings the original LRA code ran (a task sets Reformer's chunk, see
+  `lra_reformer_chunk`)."""
   c.mixers.performer.kernel = "relu"
   c.mixers.linformer.proj_len = 16
   c.mixers.linformer.share_kv = True
   c.mixers.linformer.share_heads = True
+  c.mixers.longformer.num_global = 0
+  # One hash into 10 buckets; each chunk looks one chunk back (in sorted order), unnormalised keys.
+  c.mixers.reformer.num_hashes, c.mixers.reformer.num_buckets = 1, 10
+  c.mixers.reformer.chunks_after = 0
+  c.mixers.reformer.normalize_keys = False
+
+
+def lra_reformer_chunk(tokens: int) -> int:
+  """The LRA code's Reformer chunk for an encoder input of `tokens` (CLS included): it pads the
+  sequence to the next multiple of 10 (always by at least one) and cuts it into
+  num_hashes x num_buckets = 10 chunks."""
+  return (tokens + 10 - tokens % 10) // 10
 
 
 def lra_rsqrt(c: ml_collections.ConfigDict, *, num_steps: int, warmup_steps: int) -> None:

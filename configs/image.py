@@ -34,6 +34,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.model.pooling = "cls"
     c.model.pos_encoding = "learned"
     common.lra_cosine(c, batch_size=256, learning_rate=5e-4, num_train=NUM_TRAIN)
+    c.mixers.reformer.chunk_len = common.lra_reformer_chunk(1025)  # CLS + 1024
   else:
     common.smoke(c)
   c.lock()

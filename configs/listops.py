@@ -29,6 +29,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.model.num_layers, c.model.num_heads, c.model.dim, c.model.mlp_dim = 4, 8, 512, 1024
     common.lra_rsqrt(c, num_steps=5000, warmup_steps=1000)
     c.eval.every_steps = c.checkpoint.every_steps = 500
+    c.mixers.reformer.chunk_len = common.lra_reformer_chunk(2001)  # LRA's input: CLS + 2000
   elif preset == "laptop":
     laptop(c)
   else:
@@ -66,5 +67,6 @@ def laptop(c: ml_collections.ConfigDict) -> None:
   # Softmax's [B,H,T,T] weights 128 queries at a time: the same values, 1.7x faster epochs here.
   c.mixers.softmax.query_chunk = 128
   common.lra_rsqrt(c, num_steps=5000, warmup_steps=1000)
+  c.mixers.reformer.chunk_len = common.lra_reformer_chunk(2001)  # the LRA model's chunk
   c.eval.every_steps = 500
   c.checkpoint.every_steps = 250  # long runs go in parts: lose at most 250 steps to a stop

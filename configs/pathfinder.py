@@ -35,6 +35,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.model.num_layers, c.model.num_heads, c.model.dim, c.model.mlp_dim = 1, 4, 128, 128
     c.model.dropout = 0.2
     common.lra_cosine(c, batch_size=512, learning_rate=1e-3, num_train=NUM_TRAIN)
+    c.mixers.reformer.chunk_len = common.lra_reformer_chunk(1024)  # mean pooling, no CLS
   else:
     # Generated hard 32x32 images (the LRA task itself, only fewer of them): the smoke preset
     # checks the pipeline end to end; the demo trains a small model for a few minutes.

@@ -30,6 +30,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.model.pos_encoding = "learned"
     common.lra_cosine(c, batch_size=64, learning_rate=1e-3, num_train=pathfinder.NUM_TRAIN)
     c.train.grad_clip_norm = 1.0
+    c.mixers.reformer.chunk_len = common.lra_reformer_chunk(16_384)  # mean pooling, no CLS
     c.eval.batch_size = 64
   elif preset in ("paper", "latte_code"):
     c.eval.batch_size = 64  # 16K tokens per example

@@ -35,6 +35,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.model.num_layers, c.model.num_heads, c.model.dim, c.model.mlp_dim = 4, 4, 128, 512
     c.model.pooling = "cls"
     common.lra_rsqrt(c, num_steps=5000, warmup_steps=8000)
+    c.mixers.reformer.chunk_len = common.lra_reformer_chunk(4001)  # CLS + 4000 per document
     c.eval.every_steps = c.checkpoint.every_steps = 500
   else:
     common.smoke(c)

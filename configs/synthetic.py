@@ -36,5 +36,6 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   c.mixers.linformer.proj_len = 8 if smoke else 256
   if preset == "lra":
     common.lra_mixers(c)
+    c.mixers.reformer.chunk_len = common.lra_reformer_chunk(c.data.generator.seq_len + 1)  # CLS
   c.lock()
   return c

@@ -36,6 +36,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.model.num_layers, c.model.num_heads, c.model.dim, c.model.mlp_dim = 4, 4, 256, 1024
     c.model.pooling = "cls"
     common.lra_rsqrt(c, num_steps=20_000, warmup_steps=8000)
+    c.mixers.reformer.chunk_len = common.lra_reformer_chunk(4001)  # CLS + 4000
     c.eval.batch_size = 32
     c.eval.every_steps = c.checkpoint.every_steps = 1000
   else:

@@ -159,7 +159,8 @@ def _config(mixer, **model):
   c.model.mlp_dim, c.model.dropout = 32, 0.0  # dropout masks are drawn per shape
   for key, value in model.items():
     c.model[key] = value
-  small = {"num_latents": 4, "num_features": 8, "proj_len": 8, "packed_len": 4, "window": 8}
+  small = {"num_latents": 4, "num_features": 8, "proj_len": 8, "packed_len": 4, "window": 8,
+           "block": 8, "chunk_len": 8}
   for block in c.mixers.values():
     for key, value in small.items():
       if key in block:

@@ -17,7 +17,11 @@ from lra.models.mixers.latte import latte_attention
 VARIANTS = {"latte+vapor": ("latte", {"vapor": True}),
             "latte_rglru+conv": ("latte_rglru", {"latent_input": "conv"}),
             "latte_rglru+concat": ("latte_rglru", {"combine": "concat"}),
-            "latte_rglru_swa+rope": ("latte_rglru_swa", {"rope": True, "combine": "concat"})}
+            "latte_rglru_swa+rope": ("latte_rglru_swa", {"rope": True, "combine": "concat"}),
+            # Patterns smaller than the contract's T=24, so that the sparsity itself is checked.
+            "longformer+small": ("longformer", {"window": 5, "num_global": 2}),
+            "bigbird+small": ("bigbird", {"block": 4, "num_random": 2}),
+            "reformer+rounds": ("reformer", {"num_hashes": 3, "num_buckets": 4, "chunk_len": 4})}
 FAST = [p for p in PROPERTIES if p != "memory"]
 
 

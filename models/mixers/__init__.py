@@ -22,8 +22,8 @@ from typing import Any
 
 import flax.linen as nn
 
-from lra.models.mixers import (latte, latte_macchiato, latte_rglru, latte_rglru_swa, linear, linformer,
-                           luna, performer, softmax)
+from lra.models.mixers import (bigbird, latte, latte_macchiato, latte_rglru, latte_rglru_swa, linear,
+                           linformer, longformer, luna, performer, reformer, softmax)
 
 MIXERS: dict[str, type[nn.Module]] = {
     "softmax": softmax.SoftmaxMixer,
@@ -35,6 +35,9 @@ MIXERS: dict[str, type[nn.Module]] = {
     "performer": performer.PerformerMixer,
     "linformer": linformer.LinformerMixer,
     "luna": luna.LunaMixer,
+    "longformer": longformer.LongformerMixer,
+    "bigbird": bigbird.BigBirdMixer,
+    "reformer": reformer.ReformerMixer,
 }
 ENTRY_POINT_GROUP = "lra.mixers"
 # Fields the encoder sets; every other field with a plain default is a config setting.
