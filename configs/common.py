@@ -66,6 +66,15 @@ def mixer_configs() -> ml_collections.ConfigDict:
       # Linformer paper's k=256 with separate E, F per head; the LRA code: 16, shared E=F, heads.
       "linformer": {"proj_len": 256, "share_kv": False, "share_heads": False},
       "luna": {"packed_len": 128},
+      # S5's defaults (run_train.py): P=256 in J=8 HiPPO-N blocks, dt in [1e-3, 1e-1]; ssm_params
+      # train at train.ssm_learning_rate without weight decay (S5's "standard" group).
+      "s5": {"state_size": 256, "blocks": 8, "c_init": "trunc_standard_normal", "dt_min": 0.001,
+             "dt_max": 0.1, "clip_eigs": False, "ssm_params": "Lambda_re,Lambda_im,log_step,B"},
+      # Mega-Chunk: chunks of 128, z 64, values 2 D (hidden_dim 0), EMA dimension 16.
+      "mega": {"chunk_size": 128, "z_dim": 64, "hidden_dim": 0, "ema_dim": 16},
+      # de Brebisson & Vincent: form basic (C = H^T H) | gated; a LayerNorm and a D x D map read
+      # the lookup (docs/protocol.md: its scale grows with T).
+      "cheap_linear": {"form": "basic", "output_norm": True, "output_projection": True},
   })
 
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import flax.linen as nn
 
-from lra.models.mixers import (latte, latte_macchiato, latte_rglru, latte_rglru_swa, linear, linformer,
-                           luna, performer, softmax)
+from lra.models.mixers import (cheap_linear, latte, latte_macchiato, latte_rglru, latte_rglru_swa,
+                               linear, linformer, luna, mega, performer, s5, softmax)
 
 MIXERS: dict[str, type[nn.Module]] = {
     "softmax": softmax.SoftmaxMixer,
@@ -35,6 +35,9 @@ MIXERS: dict[str, type[nn.Module]] = {
     "performer": performer.PerformerMixer,
     "linformer": linformer.LinformerMixer,
     "luna": luna.LunaMixer,
+    "s5": s5.S5Mixer,
+    "mega": mega.MegaMixer,
+    "cheap_linear": cheap_linear.CheapLinearMixer,
 }
 ENTRY_POINT_GROUP = "lra.mixers"
 # Fields the encoder sets; every other field with a plain default is a config setting.
