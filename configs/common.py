@@ -141,6 +141,9 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.train.b2 = 0.999
   c.train.eps = 1e-8
   c.train.grad_clip_norm = 1.0      # global norm; 0 disables clipping (Latte code clips at 1)
+  # The mixer's `ssm_params` (S5: Lambda, log step, B) train with Adam at this peak rate, same
+  # schedule, no weight decay (S5's ssm_lr); 0: train.learning_rate.
+  c.train.ssm_learning_rate = 0.0
   c.train.log_every_steps = 50
   # Micro-batches per step: batch_size rows in batch_size/k slices, one update (same gradient).
   c.train.grad_accum_steps = 1
@@ -296,6 +299,7 @@ def small_generated(c: ml_collections.ConfigDict, *, smoke_size: bool,
   c.mixers.performer.num_features = 32 if smoke_size else 64
   c.mixers.linformer.proj_len = 16 if smoke_size else 32
   c.mixers.luna.packed_len = 8 if smoke_size else 16
+  c.mixers.s5.state_size, c.mixers.s5.blocks = (16, 2) if smoke_size else (64, 4)
   c.train.batch_size = 16 if smoke_size else 32
   c.train.num_steps = 6 if smoke_size else 4000
   c.train.learning_rate = 3e-3 if smoke_size else 2e-3

@@ -123,3 +123,22 @@ def test_zero_order_hold_integrates_the_continuous_input():
   s = (np.arange(20000) + 0.5) / 20000 * np.asarray(step)[:, None]
   integral = np.mean(np.exp(np.asarray(lam)[:, None] * s), axis=1) * np.asarray(step)
   np.testing.assert_allclose(b_bar[:, 0], integral * np.asarray(b)[:, 0], rtol=1e-5)
+
+
+def test_ssm_parameters_get_their_own_rate_and_no_weight_decay():
+  from lra import optim
+  from lra.configs import listops
+  config = listops.get_config("smoke,mixer=s5")
+  with config.unlocked():
+    config.train.learning_rate, config.train.ssm_learning_rate = 0.1, 0.01
+    config.train.weight_decay, config.train.grad_clip_norm = 0.5, 0.0
+  assert optim.ssm_params(config) == ("Lambda_re", "Lambda_im", "log_step", "B")
+  params = {"block_0": {"mixer": {"B": jnp.ones(3), "C1": jnp.ones(3)}},
+            "head_out": {"B": jnp.ones(3)}}  # a "B" outside a mixer is not an SSM parameter
+  tx = optim.make_optimizer(config.train, optim.ssm_params(config))
+  grads = jax.tree.map(jnp.ones_like, params)
+  updates, _ = tx.update(grads, tx.init(params), params)
+  # Adam's first step moves each weight by its rate; AdamW adds rate * decay * weight.
+  np.testing.assert_allclose(updates["block_0"]["mixer"]["B"], -0.01, rtol=1e-4)
+  np.testing.assert_allclose(updates["block_0"]["mixer"]["C1"], -0.1 * (1 + 0.5), rtol=1e-4)
+  np.testing.assert_allclose(updates["head_out"]["B"], -0.1 * (1 + 0.5), rtol=1e-4)
