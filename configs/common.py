@@ -21,7 +21,8 @@ import dataclasses
 
 import ml_collections
 
-PRESETS = ("paper", "latte_code", "lra", "smoke", "demo")
+# published: S5's and Mega-Chunk's own LRA runs (configs/published.py), for those two mixers.
+PRESETS = ("paper", "latte_code", "lra", "smoke", "demo", "published")
 # The LRA task's own data at full length, with a model a laptop CPU trains in about an hour or two.
 CPU_PRESETS = ("laptop",)
 LATTE_FAMILY = ("latte", "latte_macchiato", "latte_rglru", "latte_rglru_swa")
@@ -112,11 +113,12 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.model.mlp_dim = 512             # 4 * dim
   c.model.dropout = 0.1
   c.model.embedding = "token"       # token | dense (pixels scaled to [-1, 1], then Dense)
-  c.model.pos_encoding = "sinusoidal"  # sinusoidal | learned
+  c.model.pos_encoding = "sinusoidal"  # sinusoidal | learned | none
   c.model.pooling = "mean"          # mean over real tokens | cls | last (last real token)
   c.model.dtype = "float32"         # compute dtype: float32 | bfloat16 (params and loss fp32)
   c.model.remat = False             # recompute block activations in backward (memory for time)
-  # prenorm | plusplus (Latte paper, ICLR version: "++" = RMSNorm and a GLU feed-forward).
+  # prenorm | plusplus (Latte paper, ICLR version: "++" = RMSNorm and a GLU feed-forward) | s5 |
+  # mega | mega_prenorm (the published S5 and Mega layers, models/encoder.py).
   c.model.block = "prenorm"
   c.model.glu = "sigmoid"           # "++" feed-forward gate: sigmoid (GLU, the paper) | gelu (GeGLU)
   c.model.mixer_gate = False        # ours: Dense(GELU(Dense h) * Mixer(h)), Griffin-style
@@ -125,6 +127,7 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.model.mlp_hidden_dropout = False  # True: dropout on the MLP's hidden units too
   c.model.final_norm = False        # True: a norm before pooling (LayerNorm; RMSNorm under "++")
   c.model.head = "linear"           # linear: Dense(C) | mlp: Dense(D)-GELU-Dense(C)
+  c.model.s5_gate = "half_glu1"     # block "s5": half_glu1 | half_glu2 (S5's gated output layer)
 
   c.mixers = mixer_configs()
   c.mixers.latte_rglru_swa.rope = tokens
@@ -135,7 +138,7 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.train.seed = 0
   c.train.learning_rate = 1e-3
   c.train.weight_decay = 0.01
-  c.train.schedule = "cosine"       # cosine (Latte paper) | rsqrt (original LRA)
+  c.train.schedule = "cosine"       # cosine (Latte paper) | rsqrt (original LRA) | linear (Mega)
   c.train.warmup_steps = 0
   c.train.b1 = 0.9                  # AdamW moments (optax defaults)
   c.train.b2 = 0.999

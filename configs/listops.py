@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra.configs import common
+from lra.configs import common, published
 
 NUM_TRAIN = 96_000  # release / generator default
 # Latte paper Table 4, ListOps row.
@@ -31,6 +31,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.eval.every_steps = c.checkpoint.every_steps = 500
   elif preset == "laptop":
     laptop(c)
+  elif preset == "published":
+    published.apply(c, NUM_TRAIN)
   else:
     # Generated ListOps with short sequences and shallow trees, so a CPU learns it in minutes
     # (the full task needs lengths 500-2000 and depth 10).

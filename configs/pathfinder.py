@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra.configs import common
+from lra.configs import common, published
 
 NUM_TRAIN = 160_000  # 80% of the 200k release images
 # Latte paper Table 4, Pathfinder row (L=40: the headline Latte model; see docs/protocol.md).
@@ -35,6 +35,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.model.num_layers, c.model.num_heads, c.model.dim, c.model.mlp_dim = 1, 4, 128, 128
     c.model.dropout = 0.2
     common.lra_cosine(c, batch_size=512, learning_rate=1e-3, num_train=NUM_TRAIN)
+  elif preset == "published":
+    published.apply(c, NUM_TRAIN)
   else:
     # Generated hard 32x32 images (the LRA task itself, only fewer of them): the smoke preset
     # checks the pipeline end to end; the demo trains a small model for a few minutes.

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra.configs import common, pathfinder
+from lra.configs import common, pathfinder, published
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke"))
+  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke", "published"))
   c = pathfinder.get_config(f"{preset},mixer={mixer}")
   c.unlock()
   c.task = "pathx"
@@ -31,6 +31,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     common.lra_cosine(c, batch_size=64, learning_rate=1e-3, num_train=pathfinder.NUM_TRAIN)
     c.train.grad_clip_norm = 1.0
     c.eval.batch_size = 64
+  elif preset == "published":
+    published.apply(c, pathfinder.NUM_TRAIN)  # Path-X's own row over Pathfinder's
   elif preset in ("paper", "latte_code"):
     c.eval.batch_size = 64  # 16K tokens per example
   else:

@@ -19,6 +19,7 @@ def learning_rate_schedule(train: ml_collections.ConfigDict,
   """cosine: linear warm-up then cosine decay to 0 (Latte paper).
 
   rsqrt: the original LRA schedule, lr * min(1, step/warmup) / sqrt(max(step, warmup)).
+  linear: linear warm-up then linear decay to 0 at num_steps (fairseq's linear_decay, Mega).
   `peak` replaces train.learning_rate (the same shape for a group with its own rate).
   """
   peak = train.learning_rate if peak is None else peak
@@ -26,6 +27,11 @@ def learning_rate_schedule(train: ml_collections.ConfigDict,
     return optax.warmup_cosine_decay_schedule(
         init_value=0.0, peak_value=peak, warmup_steps=train.warmup_steps,
         decay_steps=max(train.num_steps, train.warmup_steps + 1), end_value=0.0)
+  if train.schedule == "linear":
+    decay = max(train.num_steps - train.warmup_steps, 1)
+    return optax.join_schedules([
+        optax.linear_schedule(0.0, peak, max(train.warmup_steps, 1)),
+        optax.linear_schedule(peak, 0.0, decay)], [train.warmup_steps])
   if train.schedule == "rsqrt":
     warmup = max(train.warmup_steps, 1)
 
@@ -34,7 +40,8 @@ def learning_rate_schedule(train: ml_collections.ConfigDict,
       return peak * jnp.minimum(1.0, step / warmup) / jnp.sqrt(
           jnp.maximum(step, warmup))
     return rsqrt
-  raise ValueError(f"train.schedule must be 'cosine' or 'rsqrt', got {train.schedule!r}")
+  raise ValueError(f"train.schedule must be 'cosine', 'rsqrt' or 'linear', got "
+                   f"{train.schedule!r}")
 
 
 def ssm_params(config: ml_collections.ConfigDict) -> tuple[str, ...]:
