@@ -19,7 +19,7 @@ PAPER = common.PaperRow(dim=256, latents=40, learning_rate=1e-3, batch_size=64,
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg)
+  preset, mixer = common.parse_arg(arg, (*common.PRESETS, *common.PUBLISHED_PRESETS))
   c = common.base_config("pathfinder", preset, mixer, tokens=False)
   c.eval.batch_size = 256
   if preset in ("paper", "latte_code"):

@@ -1,7 +1,7 @@
 """Preset `published`: the architecture and hyperparameters of S5's and Mega-Chunk's own LRA rows.
 
-  lra run listops s5 --preset published      # S5's ListOps run (bin/run_experiments/run_lra_listops.sh)
-  lra run text mega --preset published       # Mega-Chunk's Text run (examples/mega/README.lra.md)
+  lra run listops s5 --preset published    # S5's run_lra_listops.sh
+  lra run text mega --preset published     # Mega-Chunk's Text run (Mega's README.lra.md)
 
 Every other mixer is compared under the Latte paper's protocol (preset `paper`); these two rows
 were obtained with their own blocks and optimizers, which this preset rebuilds. Where each value

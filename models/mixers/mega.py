@@ -28,7 +28,8 @@ def ema_kernel(p: jax.Array, alpha: jax.Array, beta: jax.Array, gamma: jax.Array
     length: T.
   """
   decay = 1.0 - p * alpha
-  powers = jnp.exp(jnp.log(decay)[..., None] * jnp.arange(length, dtype=jnp.float32)[None, None])  # [D,N,T]
+  steps = jnp.arange(length, dtype=jnp.float32)[None, None]
+  powers = jnp.exp(jnp.log(decay)[..., None] * steps)                 # [D,N,T]
   return jnp.einsum("dn,dnt->dt", p * beta * gamma / np.sqrt(p.shape[-1]), powers)
 
 
@@ -118,8 +119,8 @@ class MegaMixer(nn.Module):
     # EMA parameters per direction (Mega's init): p, alpha through sigmoids, beta near +-1.
     logits = self.param("ema_logits", nn.initializers.normal(0.2), (2, 2, d, n))
     signs = jnp.where(jnp.arange(n) % 2, -1.0, 1.0)
-    beta = self.param("ema_beta", lambda key, shape: signs[None, None] + 0.02 * jax.random.normal(key, shape),
-                      (2, d, n))
+    beta = self.param("ema_beta", lambda key, shape: signs[None, None] + 0.02 * jax.random.normal(
+        key, shape), (2, d, n))
     gamma = self.param("ema_gamma", nn.initializers.normal(1.0), (2, d, n))
     omega = self.param("ema_omega", nn.initializers.normal(1.0), (d,))
     p, alpha = jax.nn.sigmoid(logits.astype(jnp.float32))
