@@ -3,7 +3,7 @@
 x_t = Lambda_bar x_{t-1} + B_bar u_t forwards and x'_t = Lambda_bar x'_{t+1} + B_bar u_t backwards
 (Lambda and B shared, as S5's bidirectional LRA runs), y_t = 2 Re(C1 x_t + C2 x'_t) + D u_t.
 Zero-order hold: Lambda_bar = exp(Lambda dt), B_bar = (Lambda_bar - 1) / Lambda B, with
-dt = exp(log_step) learned per mode. Initialisation (HiPPO-N blocks, conjugate symmetry): s5_init.py.
+dt = exp(log_step) learned per mode. Initialisation (HiPPO-N blocks, conjugate pairs): s5_init.py.
 """
 from __future__ import annotations
 
