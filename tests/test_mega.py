@@ -38,9 +38,10 @@ def test_bidirectional_ema_equals_the_explicit_recurrence():
   mask = np.ones((B, T), bool)
   mask[1, 7:] = False
   x[1, 7:] = 1e3  # pads enter neither direction
-  kernels = [mega.ema_kernel(*(jnp.asarray(a[i], jnp.float32) for a in (p, alpha, beta, gamma)),
-                             T) for i in (0, 1)]
-  got = mega.bidirectional_ema(jnp.asarray(x, jnp.float32), mask, *kernels)
+  with jax.default_matmul_precision("highest"):  # the kernel sums its components by einsum
+    kernels = [mega.ema_kernel(*(jnp.asarray(a[i], jnp.float32) for a in (p, alpha, beta, gamma)),
+                               T) for i in (0, 1)]
+    got = mega.bidirectional_ema(jnp.asarray(x, jnp.float32), mask, *kernels)
   want = _ema_recurrence(x, mask, p, alpha, beta, gamma)
   np.testing.assert_allclose(np.asarray(got) * mask[..., None], want * mask[..., None],
                              rtol=1e-4, atol=1e-4)
