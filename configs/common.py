@@ -22,6 +22,8 @@ import dataclasses
 import ml_collections
 
 PRESETS = ("paper", "latte_code", "lra", "smoke", "demo")
+# S5's and Mega-Chunk's own LRA runs (configs/published.py): the LRA tasks, those two mixers.
+PUBLISHED_PRESETS = ("published",)
 # The LRA task's own data at full length, with a model a laptop CPU trains in 40 min to 4 h.
 CPU_PRESETS = ("laptop",)
 LATTE_FAMILY = ("latte", "latte_macchiato", "latte_rglru", "latte_rglru_swa")
@@ -77,6 +79,15 @@ def mixer_configs() -> ml_collections.ConfigDict:
       # chunks attend to one neighbour on each side; unit-length keys (the paper).
       "reformer": {"num_hashes": 1, "num_buckets": 32, "chunk_len": 64, "chunks_before": 1,
                    "chunks_after": 1, "normalize_keys": True, "seed": 0},
+      # S5's defaults (run_train.py): P=256 in J=8 HiPPO-N blocks, dt in [1e-3, 1e-1]; ssm_params
+      # train at train.ssm_learning_rate without weight decay (S5's "standard" group).
+      "s5": {"state_size": 256, "blocks": 8, "c_init": "trunc_standard_normal", "dt_min": 0.001,
+             "dt_max": 0.1, "clip_eigs": False, "ssm_params": "Lambda_re,Lambda_im,log_step,B"},
+      # Mega-Chunk: chunks of 128, z 64, values 2 D (hidden_dim 0), EMA dimension 16.
+      "mega": {"chunk_size": 128, "z_dim": 64, "hidden_dim": 0, "ema_dim": 16},
+      # de Brebisson & Vincent: form basic (C = H^T H) | gated; a LayerNorm and a D x D map read
+      # the lookup (docs/protocol.md: its scale grows with T).
+      "cheap_linear": {"form": "basic", "output_norm": True, "output_projection": True},
   })
 
 
@@ -114,11 +125,12 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.model.mlp_dim = 512             # 4 * dim
   c.model.dropout = 0.1
   c.model.embedding = "token"       # token | dense (pixels scaled to [-1, 1], then Dense)
-  c.model.pos_encoding = "sinusoidal"  # sinusoidal | learned
+  c.model.pos_encoding = "sinusoidal"  # sinusoidal | learned | none
   c.model.pooling = "mean"          # mean over real tokens | cls | last (last real token)
   c.model.dtype = "float32"         # compute dtype: float32 | bfloat16 (params and loss fp32)
   c.model.remat = False             # recompute block activations in backward (memory for time)
-  # prenorm | plusplus (Latte paper, ICLR version: "++" = RMSNorm and a GLU feed-forward).
+  # prenorm | plusplus (Latte paper, ICLR version: "++" = RMSNorm and a GLU feed-forward) | s5 |
+  # mega | mega_prenorm (the published S5 and Mega layers, models/encoder.py).
   c.model.block = "prenorm"
   c.model.glu = "sigmoid"           # "++" feed-forward gate: sigmoid (GLU, the paper) | gelu (GeGLU)
   c.model.mixer_gate = False        # ours: Dense(GELU(Dense h) * Mixer(h)), Griffin-style
@@ -127,6 +139,7 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.model.mlp_hidden_dropout = False  # True: dropout on the MLP's hidden units too
   c.model.final_norm = False        # True: a norm before pooling (LayerNorm; RMSNorm under "++")
   c.model.head = "linear"           # linear: Dense(C) | mlp: Dense(D)-GELU-Dense(C)
+  c.model.s5_gate = "half_glu1"     # block "s5": half_glu1 | half_glu2 (S5's gated output layer)
 
   c.mixers = mixer_configs()
   c.mixers.latte_rglru_swa.rope = tokens
@@ -137,12 +150,15 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.train.seed = 0
   c.train.learning_rate = 1e-3
   c.train.weight_decay = 0.01
-  c.train.schedule = "cosine"       # cosine (Latte paper) | rsqrt (original LRA)
+  c.train.schedule = "cosine"       # cosine (Latte paper) | rsqrt (original LRA) | linear (Mega)
   c.train.warmup_steps = 0
   c.train.b1 = 0.9                  # AdamW moments (optax defaults)
   c.train.b2 = 0.999
   c.train.eps = 1e-8
   c.train.grad_clip_norm = 1.0      # global norm; 0 disables clipping (Latte code clips at 1)
+  # The mixer's `ssm_params` (S5: Lambda, log step, B) train with Adam at this peak rate, same
+  # schedule, no weight decay (S5's ssm_lr); 0: train.learning_rate.
+  c.train.ssm_learning_rate = 0.0
   c.train.log_every_steps = 50
   # Micro-batches per step: batch_size rows in batch_size/k slices, one update (same gradient).
   c.train.grad_accum_steps = 1
@@ -311,6 +327,7 @@ def small_generated(c: ml_collections.ConfigDict, *, smoke_size: bool,
   c.mixers.performer.num_features = 32 if smoke_size else 64
   c.mixers.linformer.proj_len = 16 if smoke_size else 32
   c.mixers.luna.packed_len = 8 if smoke_size else 16
+  c.mixers.s5.state_size, c.mixers.s5.blocks = (16, 2) if smoke_size else (64, 4)
   c.train.batch_size = 16 if smoke_size else 32
   c.train.num_steps = 6 if smoke_size else 4000
   c.train.learning_rate = 3e-3 if smoke_size else 2e-3

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra.configs import common
+from lra.configs import common, published
 
 NUM_TRAIN = 45_000  # LRA's split: the last 10% of CIFAR-10's 50k training images validate
 # Latte paper Table 4, Image row.
@@ -18,7 +18,7 @@ PAPER = common.PaperRow(dim=512, latents=40, learning_rate=1e-3, batch_size=32,
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke"))
+  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke", "published"))
   c = common.base_config("image", preset, mixer, tokens=False)
   c.eval.batch_size = 250
   if preset in ("paper", "latte_code"):
@@ -35,6 +35,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.model.pos_encoding = "learned"
     common.lra_cosine(c, batch_size=256, learning_rate=5e-4, num_train=NUM_TRAIN)
     c.mixers.reformer.chunk_len = common.lra_reformer_chunk(1025)  # CLS + 1024
+  elif preset == "published":
+    published.apply(c, NUM_TRAIN)
   else:
     common.smoke(c)
   c.lock()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra.configs import common
+from lra.configs import common, published
 
 NUM_TRAIN = 96_000  # release / generator default
 # Latte paper Table 4, ListOps row.
@@ -17,7 +17,8 @@ PAPER = common.PaperRow(dim=128, latents=40, learning_rate=1e-3, batch_size=64,
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, (*common.PRESETS, *common.CPU_PRESETS))
+  preset, mixer = common.parse_arg(arg, (*common.PRESETS, *common.CPU_PRESETS,
+                                              *common.PUBLISHED_PRESETS))
   c = common.base_config("listops", preset, mixer, tokens=True)
   if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)
@@ -32,6 +33,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.mixers.reformer.chunk_len = common.lra_reformer_chunk(2001)  # LRA's input: CLS + 2000
   elif preset == "laptop":
     laptop(c)
+  elif preset == "published":
+    published.apply(c, NUM_TRAIN)
   else:
     # Generated ListOps with short sequences and shallow trees, so a CPU learns it in minutes
     # (the full task needs lengths 500-2000 and depth 10).

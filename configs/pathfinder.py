@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra.configs import common
+from lra.configs import common, published
 
 NUM_TRAIN = 160_000  # 80% of the 200k release images
 # Latte paper Table 4, Pathfinder row (L=40: the headline Latte model; see docs/protocol.md).
@@ -19,7 +19,7 @@ PAPER = common.PaperRow(dim=256, latents=40, learning_rate=1e-3, batch_size=64,
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg)
+  preset, mixer = common.parse_arg(arg, (*common.PRESETS, *common.PUBLISHED_PRESETS))
   c = common.base_config("pathfinder", preset, mixer, tokens=False)
   c.eval.batch_size = 256
   if preset in ("paper", "latte_code"):
@@ -36,6 +36,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.model.dropout = 0.2
     common.lra_cosine(c, batch_size=512, learning_rate=1e-3, num_train=NUM_TRAIN)
     c.mixers.reformer.chunk_len = common.lra_reformer_chunk(1024)  # mean pooling, no CLS
+  elif preset == "published":
+    published.apply(c, NUM_TRAIN)
   else:
     # Generated hard 32x32 images (the LRA task itself, only fewer of them): the smoke preset
     # checks the pipeline end to end; the demo trains a small model for a few minutes.

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra.configs import common, pathfinder
+from lra.configs import common, pathfinder, published
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke"))
+  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke", "published"))
   c = pathfinder.get_config(f"{preset},mixer={mixer}")
   c.unlock()
   c.task = "pathx"
@@ -32,6 +32,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.train.grad_clip_norm = 1.0
     c.mixers.reformer.chunk_len = common.lra_reformer_chunk(16_384)  # mean pooling, no CLS
     c.eval.batch_size = 64
+  elif preset == "published":
+    published.apply(c, pathfinder.NUM_TRAIN)  # Path-X's own row over Pathfinder's
   elif preset in ("paper", "latte_code"):
     c.eval.batch_size = 64  # 16K tokens per example
   else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra.configs import common
+from lra.configs import common, published
 
 NUM_TRAIN = 147_086
 # Latte paper Table 4, Retrieval row.
@@ -18,7 +18,7 @@ PAPER = common.PaperRow(dim=128, latents=40, learning_rate=1e-4, batch_size=32,
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke"))
+  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke", "published"))
   c = common.base_config("retrieval", preset, mixer, tokens=True)
   # The pair's features [u, v, u*v, u-v] go through an MLP head (LRA code and Latte code alike).
   c.model.head = "mlp"
@@ -37,6 +37,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     common.lra_rsqrt(c, num_steps=5000, warmup_steps=8000)
     c.mixers.reformer.chunk_len = common.lra_reformer_chunk(4001)  # CLS + 4000 per document
     c.eval.every_steps = c.checkpoint.every_steps = 500
+  elif preset == "published":
+    published.apply(c, NUM_TRAIN)
   else:
     common.smoke(c)
   c.lock()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra.configs import common
+from lra.configs import common, published
 
 NUM_TRAIN = 25_000
 # Latte paper Table 4, Text row (L=40: the headline Latte model; see docs/protocol.md).
@@ -20,7 +20,7 @@ PAPER = common.PaperRow(dim=256, latents=40, learning_rate=1e-3, batch_size=32,
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke"))
+  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke", "published"))
   c = common.base_config("text", preset, mixer, tokens=True)
   if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)
@@ -39,6 +39,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.mixers.reformer.chunk_len = common.lra_reformer_chunk(4001)  # CLS + 4000
     c.eval.batch_size = 32
     c.eval.every_steps = c.checkpoint.every_steps = 1000
+  elif preset == "published":
+    published.apply(c, NUM_TRAIN)
   else:
     common.smoke(c)
   c.lock()

@@ -175,7 +175,7 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
                                      grad_accum_steps=tc.grad_accum_steps,
                                      dropout_bits=tc.dropout_bits)
   return Setup(mesh=mesh, put=BatchPlacer(mesh), model=model,
-               tx=optim.make_optimizer(tc), train_step=train_step, eval_step=eval_step,
+               tx=optim.make_optimizer(tc, optim.ssm_params(config)), train_step=train_step, eval_step=eval_step,
                batching=batches)
 
 

@@ -72,7 +72,8 @@ class GatedMlpBlock(nn.Module):
     return nn.Dense(x.shape[-1], name="down")(y)
 
 
-BLOCKS = ("prenorm", "plusplus")
+BLOCKS = ("prenorm", "plusplus", "s5", "mega", "mega_prenorm")
+S5_GATES = ("half_glu1", "half_glu2")
 
 
 class EncoderBlock(nn.Module):
@@ -81,13 +82,21 @@ class EncoderBlock(nn.Module):
   block="prenorm": x + Drop(Mixer(LN x)), then x + Drop(MLP(LN x)) with a GELU MLP.
   block="plusplus" (Latte++, the paper's ICLR version: RMSNorm and a GLU feed-forward):
   x + Drop(Mixer(RMSNorm x)), then x + Drop(GLU(RMSNorm x)) with `glu` as the gate's activation.
-  Ours, off by default, in any block: `mixer_gate` gates the mixer's output Griffin-style,
-  Dense(GELU(Dense h) * Mixer(h)) with h the normed input (2 D^2 + 2 D more weights per block).
+  Ours, off by default, in the two blocks above: `mixer_gate` gates the mixer's output
+  Griffin-style, Dense(GELU(Dense h) * Mixer(h)) with h the normed input (2 D^2 + 2 D weights).
+
+  The published blocks of two LRA rows (docs/protocol.md), for their presets:
+  block="s5" (S5's layer, prenorm, no MLP): y = Mixer(LN x), z = Drop(GELU y), then a gated dense
+  layer, `s5_gate` "half_glu1": z * sigmoid(W z) or "half_glu2": y * sigmoid(W z); x + Drop(.).
+  block="mega" (Mega's layer, post-norm, as on ListOps, Text, Retrieval): x = LN(x + Drop(Mixer
+  x)), then x = LN(x + Drop(W2 SiLU(W1 x))); "mega_prenorm" (its image tasks) normalises first.
+  The mega mixer returns u * (h - x), so x + Mixer(x) is Mega's gated update.
 
   Attributes:
     glu: "sigmoid" (GLU, default) or "gelu" (GeGLU), the "++" block's gate activation.
     mixer_gate: the GELU gate and D x D output projection around the mixer (ours).
     mlp_hidden_dropout: dropout on the MLP's hidden activations as well as on its output.
+    s5_gate: "half_glu1" or "half_glu2", the "s5" block's gated output layer.
   """
   mixer_factory: MixerFactory
   num_heads: int
@@ -98,6 +107,7 @@ class EncoderBlock(nn.Module):
   glu: str = "sigmoid"
   mixer_gate: bool = False
   mlp_hidden_dropout: bool = True
+  s5_gate: str = "half_glu1"
 
   @nn.compact
   def __call__(self, x, mask, carry, deterministic: bool):
@@ -108,6 +118,25 @@ class EncoderBlock(nn.Module):
     norm = nn.RMSNorm if self.block == "plusplus" else nn.LayerNorm
     mixer = self.mixer_factory(dim=x.shape[-1], num_heads=self.num_heads, max_len=self.max_len,
                                name="mixer")
+    drop = lambda y: nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)  # noqa: E731
+    if self.block == "s5":
+      if self.s5_gate not in S5_GATES:
+        raise ValueError(f"model.s5_gate must be one of {S5_GATES}, got {self.s5_gate!r}.")
+      y, carry = mixer(nn.LayerNorm(name="mixer_norm")(x), mask, deterministic=deterministic,
+                       carry=carry)
+      z = drop(nn.gelu(y))
+      gate = nn.sigmoid(nn.Dense(x.shape[-1], name="gate")(z))
+      return x + drop((z if self.s5_gate == "half_glu1" else y) * gate), carry
+    if self.block in ("mega", "mega_prenorm"):
+      pre = self.block == "mega_prenorm"
+      h = nn.LayerNorm(name="mixer_norm")(x) if pre else x
+      y, carry = mixer(h, mask, deterministic=deterministic, carry=carry)
+      x = x + drop(y)
+      x = x if pre else nn.LayerNorm(name="mixer_norm")(x)
+      h = nn.LayerNorm(name="mlp_norm")(x) if pre else x
+      y = nn.Dense(x.shape[-1], name="ffn_out")(nn.silu(nn.Dense(self.mlp_dim, name="ffn_in")(h)))
+      x = x + drop(y)
+      return (x if pre else nn.LayerNorm(name="mlp_norm")(x)), carry
     h = norm(name="mixer_norm")(x)
     y, carry = mixer(h, mask, deterministic=deterministic, carry=carry)
     if self.mixer_gate:
@@ -129,7 +158,7 @@ class Encoder(nn.Module):
   Attributes:
     embedding: "token" (a learned vector per id) or "dense" (pixel id v -> v/127.5 - 1 -> Dense),
       the S5/Latte dense variant for pixel tasks.
-    pos_encoding: "sinusoidal" or "learned".
+    pos_encoding: "sinusoidal", "learned" or "none" (S5 and Mega rely on their recurrences).
     pooling: "mean" (over real tokens), "cls" (a learned token prepended) or "last" (the last
       real token, as the authors' Latte code pools Retrieval in its first version).
     dtype: compute dtype of the blocks ("float32" or "bfloat16"). Parameters stay float32: the
@@ -158,6 +187,7 @@ class Encoder(nn.Module):
   mixer_gate: bool = False
   mlp_hidden_dropout: bool = True
   final_norm: bool = True
+  s5_gate: str = "half_glu1"
 
   def _block_class(self):
     """EncoderBlock wrapped for remat and the compute dtype; the mixers need not know either."""
@@ -189,8 +219,8 @@ class Encoder(nn.Module):
       x = x + jnp.asarray(sinusoidal_positions(length, self.dim))[None]
     elif self.pos_encoding == "learned":
       x = x + nn.Embed(self.max_len + 1, self.dim, name="positions")(jnp.arange(length))[None]
-    else:
-      raise ValueError(f"model.pos_encoding must be 'sinusoidal' or 'learned', got "
+    elif self.pos_encoding != "none":
+      raise ValueError(f"model.pos_encoding must be 'sinusoidal', 'learned' or 'none', got "
                        f"{self.pos_encoding!r}")
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = x.astype(self.dtype)
@@ -202,7 +232,8 @@ class Encoder(nn.Module):
     for i in range(self.num_layers):
       x, carry = block(self.mixer_factory, self.num_heads, self.mlp_dim, self.dropout_rate,
                        mixer_max_len, block=self.block, glu=self.glu, mixer_gate=self.mixer_gate,
-                       mlp_hidden_dropout=self.mlp_hidden_dropout, name=f"block_{i}")(
+                       mlp_hidden_dropout=self.mlp_hidden_dropout, s5_gate=self.s5_gate,
+                       name=f"block_{i}")(
                            x, mask, carry, deterministic)
     x = x.astype(jnp.float32)
     if self.final_norm:

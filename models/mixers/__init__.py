@@ -22,8 +22,9 @@ from typing import Any
 
 import flax.linen as nn
 
-from lra.models.mixers import (bigbird, latte, latte_macchiato, latte_rglru, latte_rglru_swa, linear,
-                           linformer, longformer, luna, performer, reformer, softmax)
+from lra.models.mixers import (bigbird, cheap_linear, latte, latte_macchiato, latte_rglru,
+                               latte_rglru_swa, linear, linformer, longformer, luna, mega,
+                               performer, reformer, s5, softmax)
 
 MIXERS: dict[str, type[nn.Module]] = {
     "softmax": softmax.SoftmaxMixer,
@@ -38,6 +39,9 @@ MIXERS: dict[str, type[nn.Module]] = {
     "longformer": longformer.LongformerMixer,
     "bigbird": bigbird.BigBirdMixer,
     "reformer": reformer.ReformerMixer,
+    "s5": s5.S5Mixer,
+    "mega": mega.MegaMixer,
+    "cheap_linear": cheap_linear.CheapLinearMixer,
 }
 ENTRY_POINT_GROUP = "lra.mixers"
 # Fields the encoder sets; every other field with a plain default is a config setting.

@@ -1,0 +1,59 @@
+"""Preset `published` (S5's and Mega-Chunk's own LRA runs) and the blocks it selects."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lra.config_loading import resolve_config
+from lra.models.encoder import EncoderBlock
+from lra.models.mixers import mega, s5
+
+TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_each_task_rebuilds_both_published_runs(task):
+  s5_config = resolve_config(task, "s5", "published")
+  mega_config = resolve_config(task, "mega", "published")
+  assert s5_config.model.block == "s5" and s5_config.model.pos_encoding == "none"
+  assert s5_config.train.ssm_learning_rate > 0
+  assert s5_config.train.learning_rate > s5_config.train.ssm_learning_rate  # lr_factor > 1
+  assert mega_config.model.block in ("mega", "mega_prenorm")
+  assert mega_config.train.schedule == "linear"
+  assert (mega_config.model.embedding == "dense") == (task in ("image", "pathfinder", "pathx"))
+
+
+def test_listops_values_are_the_run_scripts():
+  c = resolve_config("listops", "s5", "published")
+  assert (c.model.num_layers, c.model.dim, c.mixers.s5.state_size, c.mixers.s5.blocks) == (
+      8, 128, 16, 8)
+  assert (c.train.batch_size, c.train.learning_rate, c.train.weight_decay) == (50, 3e-3, 0.04)
+  assert c.train.num_steps == 40 * (96_000 // 50) and c.model.s5_gate == "half_glu2"
+  m = resolve_config("listops", "mega", "published")
+  assert (m.model.num_layers, m.model.dim, m.model.mlp_dim, m.mixers.mega.z_dim) == (
+      6, 80, 160, 64)
+
+
+def test_other_mixers_are_pointed_to_the_paper_preset():
+  with pytest.raises(ValueError, match="--preset paper"):
+    resolve_config("listops", "latte", "published")
+
+
+def _block(kind, mixer_cls, **kw):
+  return EncoderBlock(functools.partial(mixer_cls, **kw), num_heads=1, mlp_dim=12,
+                      dropout_rate=0.0, max_len=10, block=kind)
+
+
+def test_s5_block_has_no_mlp_and_mega_block_normalises_after_each_update():
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 10, 8)) * 3 + 1
+  mask = jnp.ones((2, 10), bool)
+  block = _block("s5", s5.S5Mixer, state_size=4, blocks=1)
+  params = block.init(jax.random.PRNGKey(1), x, mask, None, True)["params"]
+  assert sorted(params) == ["gate", "mixer", "mixer_norm"]
+  block = _block("mega", mega.MegaMixer, chunk_size=4, z_dim=4, ema_dim=2)
+  variables = block.init(jax.random.PRNGKey(1), x, mask, None, True)
+  y, _ = block.apply(variables, x, mask, None, True)
+  np.testing.assert_allclose(jnp.mean(y, -1), 0.0, atol=1e-5)  # post-norm: LN is the last step
+  np.testing.assert_allclose(jnp.std(y, -1), 1.0, atol=1e-2)
