@@ -26,12 +26,12 @@ DEMO_HELP = ("With no command, `lra` runs the demo: bidirectional Latte (4 layer
 
 
 def _add_run_args(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
-  from lra.configs.common import CPU_PRESETS, PRESETS  # light: ml_collections only
+  from lra.configs.common import CPU_PRESETS, PRESETS, PUBLISHED_PRESETS  # light: ml_collections
   if demo:  # the top level: the bare demo's own defaults, as `lra --help` shows them
     preset_help = "demo (the default here) or smoke (seconds); `lra list` shows every preset"
     run_dir_help = "default results/local/runs/listops/latte/demo_seed0"
   else:
-    preset_help = (f"{', '.join(PRESETS + CPU_PRESETS)} (default paper: the Latte paper's "
+    preset_help = (f"{', '.join(PRESETS + CPU_PRESETS + PUBLISHED_PRESETS)} (default paper: the Latte paper's "
                    "settings, accelerator-sized; laptop: ListOps on a CPU; `lra list`)")
     run_dir_help = ("default RESULTS_DIR/runs/TASK/MIXER/PRESET[+CHANGES]_seedN "
                     "(`--dry-run` prints it)")

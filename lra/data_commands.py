@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lra.configs.common import CPU_PRESETS, PRESETS
+from lra.configs.common import CPU_PRESETS, PRESETS, PUBLISHED_PRESETS
 from lra.run import default_data_dir
 from lra.models.mixers import MIXERS, describe, entry_points
 from lra.tasks import TASKS, get_task
@@ -26,7 +26,7 @@ def print_list() -> None:
   for name, ep in entry_points().items():  # installed packages' mixers (lra.mixers)
     print(f"  {name:<16} {ep.value} (installed{f' from {ep.dist.name}' if ep.dist else ''})")
   print("Presets (lra run TASK MIXER --preset P; --dry-run shows what one sets):")
-  for preset in PRESETS + CPU_PRESETS:
+  for preset in PRESETS + CPU_PRESETS + PUBLISHED_PRESETS:
     print(f"  {preset:<16} {PRESET_DESCRIPTIONS[preset]} [{', '.join(_tasks_with(preset))}]")
 
 
@@ -38,6 +38,7 @@ PRESET_DESCRIPTIONS = {
     "smoke": "seconds: a few steps of a tiny model (checks that it runs, not that it learns)",
     "demo": "minutes on a CPU: a small model on small generated data",
     "laptop": "LRA's full ListOps with a 2-layer D=64 model: 40 min to 4 h on a laptop CPU",
+    "published": "S5's and Mega-Chunk's own published LRA runs: their blocks and optimizers",
 }
 
 
@@ -45,9 +46,10 @@ def _tasks_with(preset: str) -> list[str]:
   """The tasks whose config accepts this preset."""
   from lra.config_loading import load_config
   found = []
+  mixer = "s5" if preset in PUBLISHED_PRESETS else "latte"  # published takes only its rows' mixers
   for task in TASKS:
     try:
-      load_config(task, preset)
+      load_config(task, preset, mixer)
     except ValueError:
       continue
     found.append(task)

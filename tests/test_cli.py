@@ -7,14 +7,14 @@ from lra.cli import main
 
 
 def test_list_shows_all_tasks_mixers_and_presets(capsys):
-  from lra.configs.common import CPU_PRESETS, PRESETS
+  from lra.configs.common import CPU_PRESETS, PRESETS, PUBLISHED_PRESETS
   from lra.models.mixers import MIXERS
   assert main(["list"]) == 0
   out = capsys.readouterr().out
   for name in ("listops", "text", "retrieval", "image", "pathfinder", "pathx", *MIXERS):
     assert name in out
   presets = out.split("Presets", 1)[1]
-  for preset in PRESETS + CPU_PRESETS:
+  for preset in PRESETS + CPU_PRESETS + PUBLISHED_PRESETS:
     assert f"\n  {preset} " in presets
   laptop = next(line for line in presets.splitlines() if line.startswith("  laptop "))
   assert laptop.endswith("[listops]")  # the tasks whose config takes it
