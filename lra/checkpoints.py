@@ -197,10 +197,17 @@ class Checkpointer:
     self.seal()
 
   def close(self) -> None:
-    """Waits for saves in flight and seals them, then closes; after a failed write only closes
-    (the failure has been reported, and waiting would raise it again)."""
+    """Waits for saves in flight and seals them, then closes. After a failed write it still waits,
+    ignoring the error it has already reported: Orbax's background writes left pending when the
+    interpreter exits print tracebacks ("Event loop is closed") after the run's one-line error."""
     if not self.failed:
       self.wait()
+    else:
+      for manager in (self.manager, self.best):
+        try:
+          manager.wait_until_finished()
+        except Exception:  # pylint: disable=broad-except
+          pass
     for manager in (self.manager, self.best):
       try:
         manager.close()
