@@ -245,8 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _dispatch(args, overrides)
   except Exception as e:  # pylint: disable=broad-except
     _exit_if_a_peer_was_lost(e)
-    if not isinstance(e, (KeyError, ValueError, OSError)):  # OSError: a full disk, a read-only dir
-      raise
+    train = sys.modules.get("lra.train")  # RunFailed: logged to the run folder, one line here
+    if not isinstance(e, (KeyError, ValueError, OSError) + ((train.RunFailed,) if train else ())):
+      raise  # OSError: a full disk, a read-only dir
     message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
     print(f"lra: error: {message}", file=sys.stderr)
     return 2
