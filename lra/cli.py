@@ -336,6 +336,9 @@ def table_command(args: argparse.Namespace) -> int:
   from lra import results, tables
   committed = args.committed or (args.check and args.results_dir is None)
   results_dir = args.results_dir or (COMMITTED_RESULTS if committed else LOCAL_RESULTS)
+  if args.results_dir is not None and not results_dir.is_dir():
+    raise FileNotFoundError(f"no runs under {results_dir}: the folder does not exist (`lra run "
+                            f"TASK MIXER --results-dir {results_dir}` writes runs there)")
   readme = args.readme
   if readme is None and committed and (results_dir.parent / "README.md").exists():
     readme = results_dir.parent / "README.md"
