@@ -445,3 +445,22 @@ def test_slurm_array_script_sends_term_to_the_run_which_saves_and_resumes_when_r
     if attempt:
       assert f"resuming {run_dir} from step {stopped_at}" in log.read_text()
     stopped_at = final["step"]
+
+
+def test_an_error_during_training_is_failed_with_its_step_and_its_traceback_logged(
+    data_dir, tmp_path, capsys, monkeypatch):
+  from lra import train
+
+  def broken_eval(*args, **kwargs):
+    raise ZeroDivisionError("the eval broke")
+
+  monkeypatch.setattr(train, "evaluate", broken_eval)
+  run_dir = tmp_path / "run"
+  assert main(["run", "listops", "softmax", *SMOKE, "--data-dir", str(data_dir), "--run-dir",
+               str(run_dir), "--config.eval.every_steps=4"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err == (f"lra: error: ZeroDivisionError: the eval broke (the traceback is in "
+                 f"{run_dir / 'error.log'})")
+  final = json.loads((run_dir / "final.json").read_text())
+  assert final["status"] == "failed" and final["step"] == 4
+  assert "in broken_eval" in (run_dir / "error.log").read_text()
