@@ -113,8 +113,9 @@ def test_table_on_a_missing_folder_says_there_are_no_runs_and_creates_nothing(tm
 def test_bench_refuses_lengths_below_one_in_one_line(lengths, tmp_path, capsys):
   assert main(["bench", f"--lengths={lengths}", "--mixers", "softmax"]) == 2
   out, err = capsys.readouterr()
-  assert not out and err.strip() == (f"lra: error: --lengths {lengths}: expected sequence lengths "
-                                     ">= 1 separated by commas, e.g. `lra bench --lengths 1024,2048`")
+  assert not out and err.strip() == (
+      f"lra: error: --lengths {lengths}: expected sequence lengths >= 1 separated by commas, e.g. "
+      "`lra bench --lengths 1024,2048`")
 
 
 def test_bare_demo_trains_under_results_local(tmp_path, capsys, monkeypatch):
