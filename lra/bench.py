@@ -383,7 +383,10 @@ def main(args, overrides: Sequence[str]) -> int:
   """`lra bench`: prints one line per record, then the Markdown table; writes what was asked."""
   import json
   mixers = args.mixers.split(",") if args.mixers else all_mixers()
-  lengths = [int(t) for t in args.lengths.split(",")]
+  lengths = [int(t) if t.strip().isdigit() and int(t) > 0 else 0 for t in args.lengths.split(",")]
+  if 0 in lengths:
+    raise ValueError(f"--lengths {args.lengths}: expected sequence lengths >= 1 separated by "
+                     "commas, e.g. `lra bench --lengths 1024,2048`")
   command = recorded_command()
   if args.xla_log:
     args.xla_log.parent.mkdir(parents=True, exist_ok=True)

@@ -245,8 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _dispatch(args, overrides)
   except Exception as e:  # pylint: disable=broad-except
     _exit_if_a_peer_was_lost(e)
-    if not isinstance(e, (KeyError, ValueError, OSError)):  # OSError: a full disk, a read-only dir
-      raise
+    train = sys.modules.get("lra.train")  # RunFailed: logged to the run folder, one line here
+    if not isinstance(e, (KeyError, ValueError, OSError) + ((train.RunFailed,) if train else ())):
+      raise  # OSError: a full disk, a read-only dir
     message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
     print(f"lra: error: {message}", file=sys.stderr)
     return 2
@@ -335,6 +336,9 @@ def table_command(args: argparse.Namespace) -> int:
   from lra import results, tables
   committed = args.committed or (args.check and args.results_dir is None)
   results_dir = args.results_dir or (COMMITTED_RESULTS if committed else LOCAL_RESULTS)
+  if args.results_dir is not None and not results_dir.is_dir():
+    raise FileNotFoundError(f"no runs under {results_dir}: the folder does not exist (`lra run "
+                            f"TASK MIXER --results-dir {results_dir}` writes runs there)")
   readme = args.readme
   if readme is None and committed and (results_dir.parent / "README.md").exists():
     readme = results_dir.parent / "README.md"

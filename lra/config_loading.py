@@ -113,10 +113,17 @@ def _parse_value(text: str, current):
     if text.lower() in ("false", "0", "no"):
       return False
     raise ValueError(f"expected true/false, got {text!r}")
-  if isinstance(current, int):
-    return int(float(text)) if float(text).is_integer() else int(text)
-  if isinstance(current, float):
-    return float(text)
+  if isinstance(current, (int, float)):
+    kind = "an integer" if isinstance(current, int) else "a number"
+    try:
+      number = float(text)
+    except ValueError:
+      raise ValueError(f"expected {kind}, found {text!r}") from None
+    if isinstance(current, float):
+      return number
+    if not number.is_integer():
+      raise ValueError(f"expected {kind}, found {text!r}")
+    return int(number)
   if isinstance(current, str):
     return text
   return ast.literal_eval(text)

@@ -7,7 +7,8 @@
      state and a little bookkeeping (`Book`) are all a resumed run needs to continue exactly;
   3. `_loop`: train steps; at log points the train metrics, at eval points val and test, at
      checkpoint points a save; a stop request (Ctrl-C, SIGTERM) saves and returns; a lost peer
-     process or a failed checkpoint write records `interrupted` and raises;
+     process or a failed checkpoint write records `interrupted` and raises; any other error
+     records `failed`, writes its traceback to error.log and raises RunFailed (one line);
   4. `RunFiles.final`: final.json with the status, both reported statistics and provenance.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import dataclasses
 import math
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -298,7 +300,8 @@ class RunFiles:
   """config.json, metrics.jsonl and final.json of one run; only process 0 writes them."""
 
   def __init__(self, config: ml_collections.ConfigDict, data: PreparedData, run_dir: Path,
-               resume_step: int, params: int):
+               resume_step: int, params: int | None, *, curve: bool = True):
+    """`curve=False` (a run that failed before training) leaves metrics.jsonl as it is."""
     self.config, self.data, self.run_dir = config, data, run_dir
     self.lead = jax.process_index() == 0
     self.num_params = params
@@ -307,10 +310,10 @@ class RunFiles:
       writers.write_json_atomic(run_dir / "config.json", config.to_dict())
     # The step an earlier, checkpoint-less attempt reached, whose curve is now replaced.
     old_curve = run_dir / "metrics.jsonl"
-    self.replaced_step = 0 if resume_step or not old_curve.exists() else max(
+    self.replaced_step = 0 if resume_step or not curve or not old_curve.exists() else max(
         (r.get("step", 0) for r in writers.read_metrics(old_curve)), default=0)
     self.metrics = writers.MetricsWriter(run_dir / "metrics.jsonl", resume_step or None,
-                                         enabled=self.lead)
+                                         enabled=self.lead and curve)
     self.context = {**label_baselines(data), **writers.environment(),
                     "execution_path": execution_path(config)}
 
@@ -395,6 +398,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
   except distributed.PeerLost:
     ckpt = None  # closing waits for saves in flight, whose barriers need the lost process
     raise
+  except Exception as error:  # pylint: disable=broad-except
+    if not unexpected(error):
+      raise
+    # Before the loop (a model that fails to build, a restore that breaks): no state yet.
+    failed = RunFailed.logged(error, run_dir)
+    _best_effort(lambda: RunFiles(config, data, run_dir, 0, None, curve=False).final(
+        "failed", ckpt.latest_step() or 0, Book(), None, 0.0, 0.0, stop_reason=str(failed)))
+    raise failed from None
   finally:
     if ckpt is not None:
       ckpt.close()
@@ -431,7 +442,7 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
     files.final(status, step, book, None, wall(), rate, stop_reason=reason, write=write)
 
   fit = _Fit(config)
-  with interrupts.StopRequest() as stop, _faults_end_the_run(ended, ckpt, fit):
+  with interrupts.StopRequest() as stop, _faults_end_the_run(ended, ckpt, fit, files.run_dir):
     fit.need = check_fits(config, s, state, data.spec)
     while step < tc.num_steps:
       batch = next(stream)
@@ -539,10 +550,11 @@ class _Fit:
 
 @contextlib.contextmanager
 def _faults_end_the_run(ended: Callable[..., None], ckpt: checkpoints.Checkpointer,
-                        fit: _Fit) -> Iterator[None]:
+                        fit: _Fit, run_dir: Path) -> Iterator[None]:
   """A lost peer process or a failed checkpoint write ends the run as `interrupted` (resumable) in
   final.json, then propagates: PeerLost (with the step to resume from) or CheckpointWriteError.
-  A step that does not fit ends it as `failed` and raises OutOfMemoryError (one line)."""
+  A step that does not fit ends it as `failed` and raises OutOfMemoryError (one line); so does any
+  unexpected error, as RunFailed, its traceback in `run_dir`'s error.log."""
   try:
     yield
   except checkpoints.CheckpointWriteError as error:
@@ -552,6 +564,10 @@ def _faults_end_the_run(ended: Callable[..., None], ckpt: checkpoints.Checkpoint
     lost = distributed.lost_peer(error)
     if lost is None:
       oom = fit.error(error)
+      if oom is None and unexpected(error):
+        failed = RunFailed.logged(error, run_dir)
+        _best_effort(ended, "failed", str(failed))
+        raise failed from None
       if oom is None:
         raise
       _best_effort(ended, "failed", str(oom))
@@ -559,6 +575,32 @@ def _faults_end_the_run(ended: Callable[..., None], ckpt: checkpoints.Checkpoint
     lost.resume_step = ckpt.committed_step() or 0
     _best_effort(ended, "interrupted", lost.describe(), write=lost.final_json_is_ours)
     raise lost from None
+
+
+class RunFailed(Exception):
+  """An error the run did not expect ended it; the message is one line naming the log file that
+  holds the traceback."""
+
+  @classmethod
+  def logged(cls, error: BaseException, run_dir: Path) -> "RunFailed":
+    """Writes `error`'s traceback to the run folder (error.log; error.pN.log for process N > 0)."""
+    index = jax.process_index()
+    log = run_dir / ("error.log" if index == 0 else f"error.p{index}.log")
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    lines = str(error).strip().splitlines()
+    what = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    try:
+      run_dir.mkdir(parents=True, exist_ok=True)
+      log.write_text(text)
+    except OSError as unwritable:
+      return cls(f"{what} (its traceback could not be written to {log}: {unwritable})")
+    return cls(f"{what} (the traceback is in {log})")
+
+
+def unexpected(error: Exception) -> bool:
+  """Not one of the stops the run reports itself in one line (an OSError such as out of memory,
+  a damaged checkpoint, a failed write; a lost peer; an error already logged)."""
+  return not isinstance(error, (OSError, distributed.PeerLost, RunFailed))
 
 
 def _best_effort(ended: Callable[..., None], *args, **kwargs) -> None:

@@ -88,10 +88,34 @@ def test_generate_prepare_inspect(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, expected", [
     (["run", "listops", "latte", "--preset", "smoke", "--config.train.nope=1"], "not a config key"),
+    (["run", "listops", "latte", "--preset", "smoke", "--config.train.num_steps=abc"],
+     "--config.train.num_steps=abc: expected an integer, found 'abc' (current value 6)"),
+    (["run", "listops", "latte", "--preset", "smoke", "--config.train.num_steps=2.5"],
+     "--config.train.num_steps=2.5: expected an integer, found '2.5'"),
+    (["run", "listops", "latte", "--preset", "smoke", "--config.train.learning_rate=fast"],
+     "--config.train.learning_rate=fast: expected a number, found 'fast'"),
 ])
 def test_bad_override_is_a_clear_error(tmp_path, capsys, args, expected):
   assert main(args + ["--data-dir", str(tmp_path)]) == 2
-  assert expected in capsys.readouterr().err
+  err = capsys.readouterr().err
+  assert expected in err and len(err.strip().splitlines()) == 1
+
+
+def test_table_on_a_missing_folder_says_there_are_no_runs_and_creates_nothing(tmp_path, capsys):
+  missing = tmp_path / "typo"
+  assert main(["table", "--results-dir", str(missing)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and f"no runs under {missing}" in err[0]
+  assert not missing.exists()
+
+
+@pytest.mark.parametrize("lengths", ["0", "-5", "1024,0", "abc"])
+def test_bench_refuses_lengths_below_one_in_one_line(lengths, tmp_path, capsys):
+  assert main(["bench", f"--lengths={lengths}", "--mixers", "softmax"]) == 2
+  out, err = capsys.readouterr()
+  assert not out and err.strip() == (
+      f"lra: error: --lengths {lengths}: expected sequence lengths >= 1 separated by commas, e.g. "
+      "`lra bench --lengths 1024,2048`")
 
 
 def test_bare_demo_trains_under_results_local(tmp_path, capsys, monkeypatch):

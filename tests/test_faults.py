@@ -403,3 +403,64 @@ def test_device_memory_is_read_with_units_and_a_bad_value_says_what_to_set(monke
   have, source = memory.device_bytes(jax.devices()[0])  # this CPU: the host's available RAM
   assert source == "available RAM" and 0 < have < os.sysconf("SC_PAGE_SIZE") * os.sysconf(
       "SC_PHYS_PAGES")
+
+
+def _metrics_steps(run_dir):
+  path = run_dir / "metrics.jsonl"
+  lines = path.read_text().splitlines() if path.exists() else []
+  return [json.loads(line)["step"] for line in lines if line.endswith("}")]
+
+
+def test_slurm_array_script_sends_term_to_the_run_which_saves_and_resumes_when_requeued(
+    data_dir, tmp_path):
+  """The emitted script: SIGTERM before the time limit to the batch shell, which `exec` made the
+  run itself; requeue. Run with bash as Slurm would, TERM to its pid stops the run `interrupted`
+  with a checkpoint, and the same array task run again resumes from it."""
+  from lra import sweep
+  jobs = sweep.plan(["listops"], ["softmax"], [0], preset="smoke", results_dir=tmp_path / "res",
+                    data_dir=data_dir, overrides=["train.num_steps=100000"])
+  script = tmp_path / "sweep.sbatch"
+  script.write_text(sweep.slurm_script(jobs, python=sys.executable))
+  text = script.read_text()
+  assert f"#SBATCH --signal=B:TERM@{sweep.STOP_BEFORE_LIMIT_S}\n" in text
+  assert "#SBATCH --requeue\n" in text and "#SBATCH --open-mode=append\n" in text
+  assert text.rstrip().endswith('eval "exec ${COMMANDS[$SLURM_ARRAY_TASK_ID]}"')
+  env = dict(os.environ, JAX_PLATFORMS="cpu", SLURM_ARRAY_TASK_ID="0",
+             SLURM_SUBMIT_DIR=str(ROOT))
+  run_dir, stopped_at = jobs[0].run_dir, 0
+  for attempt in range(2):
+    log = tmp_path / f"task_{attempt}.out"
+    with open(log, "w") as out:
+      task = subprocess.Popen(["bash", str(script)], env=env, stdout=out, stderr=out)
+      try:
+        _wait_for(lambda: any(s > stopped_at for s in _metrics_steps(run_dir)), task)
+        task.send_signal(signal.SIGTERM)  # to the batch shell's pid, as --signal=B: does
+        assert task.wait(timeout=120) == 130, log.read_text()
+      finally:
+        if task.poll() is None:
+          task.kill()
+    final = json.loads((run_dir / "final.json").read_text())
+    assert final["status"] == "interrupted" and final["stop_reason"] == "SIGTERM"
+    assert final["step"] > stopped_at and (run_dir / "checkpoints" / str(final["step"])).is_dir()
+    if attempt:
+      assert f"resuming {run_dir} from step {stopped_at}" in log.read_text()
+    stopped_at = final["step"]
+
+
+def test_an_error_during_training_is_failed_with_its_step_and_its_traceback_logged(
+    data_dir, tmp_path, capsys, monkeypatch):
+  from lra import train
+
+  def broken_eval(*args, **kwargs):
+    raise ZeroDivisionError("the eval broke")
+
+  monkeypatch.setattr(train, "evaluate", broken_eval)
+  run_dir = tmp_path / "run"
+  assert main(["run", "listops", "softmax", *SMOKE, "--data-dir", str(data_dir), "--run-dir",
+               str(run_dir), "--config.eval.every_steps=4"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err == (f"lra: error: ZeroDivisionError: the eval broke (the traceback is in "
+                 f"{run_dir / 'error.log'})")
+  final = json.loads((run_dir / "final.json").read_text())
+  assert final["status"] == "failed" and final["step"] == 4
+  assert "in broken_eval" in (run_dir / "error.log").read_text()

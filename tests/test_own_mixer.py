@@ -143,3 +143,23 @@ def test_an_installed_package_registers_mixers_by_entry_point(tmp_path, monkeypa
   assert default_run_dir(config, tmp_path).parent.name == f"mean_gate@{sha8}"
   assert main(["list"]) == 0
   assert "tiny_lra_mixers:MeanGate (installed from tiny-lra-mixers)" in capsys.readouterr().out
+
+
+def test_a_mixer_that_raises_ends_the_run_in_one_line_with_its_traceback_logged(tmp_path,
+                                                                               capsys):
+  path = tmp_path / "broken.py"
+  path.write_text(MEAN_GATE.replace("class MeanGate", "class Broken").replace(
+      "def __call__(self, x, mask, *, deterministic, carry=None):",
+      "def __call__(self, x, mask, *, deterministic, carry=None):\n"
+      "    raise RuntimeError('the broken mixer fails\\nsecond line')"))
+  run_dir = tmp_path / "run"
+  assert main(["run", "synthetic", f"{path}:Broken", "--preset", "smoke", "--quiet",
+               "--data-dir", str(tmp_path / "data"), "--run-dir", str(run_dir)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err[-1] == (f"lra: error: RuntimeError: the broken mixer fails (the traceback is in "
+                     f"{run_dir / 'error.log'})")
+  assert not any("Traceback" in line for line in err)
+  final = json.loads((run_dir / "final.json").read_text())
+  assert final["status"] == "failed" and "the broken mixer fails" in final["stop_reason"]
+  log = (run_dir / "error.log").read_text()
+  assert log.startswith("Traceback") and "second line" in log and str(path) in log
