@@ -52,12 +52,13 @@ def _same_values_and_gradients(fn, reference, inputs):
     assert not np.asarray(a)[~REAL].any()  # pads reach no real output
 
 
-@pytest.mark.parametrize("window, num_global", [(5, 0), (6, 3), (64, 1)])
-def test_longformer_is_dense_attention_on_its_window_and_globals(window, num_global):
+@pytest.mark.parametrize("window, num_global, block", [
+    (5, 0, 64), (6, 3, 64), (64, 1, 64), (9, 1, 2)])  # (9, 1, 2): each side spans two blocks
+def test_longformer_is_dense_attention_on_its_window_and_globals(window, num_global, block):
   left, right = window - window // 2 - 1, window // 2
   t, s = np.arange(T)[:, None], np.arange(T)[None, :]
   pattern = ((s - t >= -left) & (s - t <= right)) | (s < num_global)        # [T,T]
-  _, query_pos, key_pos, layout = longformer_layout(T, window, num_global)
+  _, query_pos, key_pos, layout = longformer_layout(T, window, num_global, block)
   counts = np.asarray(_dense_pattern(jnp.asarray(query_pos), jnp.asarray(key_pos),
                                      jnp.asarray(layout), T))
   np.testing.assert_array_equal(counts[num_global:], pattern[num_global:])  # each key once
@@ -69,7 +70,7 @@ def test_longformer_is_dense_attention_on_its_window_and_globals(window, num_glo
     return jnp.where(is_global, _dense(gq, gk, gv, global_rows), _dense(q, k, v, window_rows))
 
   fn = lambda q, k, v, gq, gk, gv: longformer_attention(
-      q, k, v, MASK, window=window, num_global=num_global, global_qkv=(gq, gk, gv))
+      q, k, v, MASK, window=window, num_global=num_global, global_qkv=(gq, gk, gv), block=block)
   _same_values_and_gradients(fn, reference, _inputs(6))
 
 
