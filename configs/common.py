@@ -91,6 +91,19 @@ def mixer_configs() -> ml_collections.ConfigDict:
   })
 
 
+# Mixers whose recurrences carry positions: the encoder adds no absolute positions to them, as
+# their authors run them (S5's and Mega's LRA code). A linear time-invariant scan sums an absolute
+# encoding over every token it passes, so the sum changes with the sequence's length: on the
+# synthetic task S5 stayed at 32% test with sinusoidal positions and reached 100% without
+# (2026-11-26, docs/protocol.md).
+OWN_POSITIONS = ("s5", "mega")
+
+
+def absolute_positions(mixer: str, kind: str) -> str:
+  """The encoder's absolute positions for `mixer`: `kind`, or "none" where it has its own."""
+  return "none" if mixer in OWN_POSITIONS else kind
+
+
 def base_config(task: str, preset: str, mixer: str, *,
                 tokens: bool) -> ml_collections.ConfigDict:
   """The defaults every preset starts from: the Latte paper's encoder and optimizer.
@@ -125,7 +138,7 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.model.mlp_dim = 512             # 4 * dim
   c.model.dropout = 0.1
   c.model.embedding = "token"       # token | dense (pixels scaled to [-1, 1], then Dense)
-  c.model.pos_encoding = "sinusoidal"  # sinusoidal | learned | none
+  c.model.pos_encoding = absolute_positions(mixer, "sinusoidal")  # sinusoidal | learned | none
   c.model.pooling = "mean"          # mean over real tokens | cls | last (last real token)
   c.model.dtype = "float32"         # compute dtype: float32 | bfloat16 (params and loss fp32)
   c.model.remat = False             # recompute block activations in backward (memory for time)

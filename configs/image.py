@@ -32,7 +32,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.model.num_layers, c.model.num_heads, c.model.dim, c.model.mlp_dim = 1, 1, 32, 64
     c.model.dropout = 0.3
     c.model.pooling = "cls"
-    c.model.pos_encoding = "learned"
+    c.model.pos_encoding = common.absolute_positions(c.model.mixer, "learned")
     common.lra_cosine(c, batch_size=256, learning_rate=5e-4, num_train=NUM_TRAIN)
     c.mixers.reformer.chunk_len = common.lra_reformer_chunk(1025)  # CLS + 1024
   elif preset == "published":

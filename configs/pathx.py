@@ -27,7 +27,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     # positions, batch 64, grad-norm clip 1.0, otherwise as Pathfinder's.
     c.model.num_layers, c.model.num_heads, c.model.dim, c.model.mlp_dim = 1, 2, 32, 32
     c.model.dropout = 0.1
-    c.model.pos_encoding = "learned"
+    c.model.pos_encoding = common.absolute_positions(c.model.mixer, "learned")
     common.lra_cosine(c, batch_size=64, learning_rate=1e-3, num_train=pathfinder.NUM_TRAIN)
     c.train.grad_clip_norm = 1.0
     c.mixers.reformer.chunk_len = common.lra_reformer_chunk(16_384)  # mean pooling, no CLS

@@ -57,3 +57,14 @@ def test_s5_block_has_no_mlp_and_mega_block_normalises_after_each_update():
   y, _ = block.apply(variables, x, mask, None, True)
   np.testing.assert_allclose(jnp.mean(y, -1), 0.0, atol=1e-5)  # post-norm: LN is the last step
   np.testing.assert_allclose(jnp.std(y, -1), 1.0, atol=1e-2)
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("preset", ["paper", "lra"])
+def test_mixers_with_their_own_positions_get_no_absolute_ones(task, preset):
+  """S5 and Mega carry positions in their recurrences, so the encoder adds none in any preset;
+  every other mixer keeps the task's absolute positions (learned in LRA's image/Path-X runs)."""
+  expected = "learned" if preset == "lra" and task in ("image", "pathx") else "sinusoidal"
+  assert resolve_config(task, "latte", preset).model.pos_encoding == expected
+  for mixer in ("s5", "mega"):
+    assert resolve_config(task, mixer, preset).model.pos_encoding == "none"
