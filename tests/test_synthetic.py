@@ -57,7 +57,12 @@ def test_decode_shows_the_two_ends():
 # Linformer's fixed length projections (one column of E per position) weigh the last real token
 # by a factor that depends on where the sequence ends; it stays near 25% (one end only). Strict:
 # if a change makes it pass, this marker must go.
-KNOWN_FAILURES = {"linformer": "fixed length projections cannot follow a variable last position"}
+# Mega-Chunk attends within chunks of 128: a last token outside CLS's chunk reaches it only through
+# the EMA, whose decays start near 0.75 a step (Mega's init), so no gradient crosses 128 steps
+# (0.75^128 ~ 1e-16). Measured (2026-11-26): 100% test where the last token lies in CLS's chunk,
+# 26% on the last value (chance 25%) elsewhere; 58% in all.
+KNOWN_FAILURES = {"linformer": "fixed length projections cannot follow a variable last position",
+                  "mega": "beyond CLS's chunk only the EMA, which starts with a ~4-token memory"}
 
 
 @pytest.mark.slow
