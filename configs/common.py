@@ -153,6 +153,10 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.model.final_norm = False        # True: a norm before pooling (LayerNorm; RMSNorm under "++")
   c.model.head = "linear"           # linear: Dense(C) | mlp: Dense(D)-GELU-Dense(C)
   c.model.s5_gate = "half_glu1"     # block "s5": half_glu1 | half_glu2 (S5's gated output layer)
+  # block: each block's own norm (LayerNorm; RMSNorm under plusplus) | batch: BatchNorm over batch
+  # and time, pads included, running statistics at evaluation (S5's LRA runs, --batchnorm=True).
+  c.model.norm = "block"
+  c.model.bn_momentum = 0.95        # BatchNorm's running-average momentum (S5's run_train.py)
 
   c.mixers = mixer_configs()
   c.mixers.latte_rglru_swa.rope = tokens

@@ -36,6 +36,7 @@ class S5Row:
   ssm_params: str = "Lambda_re,Lambda_im,log_step,B"
   clip_eigs: bool = False
   dt_min: float = 0.001
+  bn_momentum: float = 0.95   # run_train.py's default; the Pathfinder and Path-X scripts set 0.9
 
 
 # lindermanlab/S5 bin/run_experiments/run_lra_*.sh; ssm_params from each script's opt_config and
@@ -51,10 +52,11 @@ S5_ROWS = {
                        ssm_params=_DT_GLOBAL),
     "image": S5Row(6, 512, 384, 3, 50, 250, 1e-3, 4.5, 0.07, 0.1, 1, "lecun_normal",
                    ssm_params=_BFAST, clip_eigs=True),
-    "pathfinder": S5Row(6, 192, 256, 8, 64, 200, 9e-4, 5, 0.03, 0.05, 1, "trunc_standard_normal"),
+    "pathfinder": S5Row(6, 192, 256, 8, 64, 200, 9e-4, 5, 0.03, 0.05, 1, "trunc_standard_normal",
+                        bn_momentum=0.9),
     # BandCdecay (B at the SSM rate but with decay) has no group here: B trains with the rest.
     "pathx": S5Row(6, 128, 256, 16, 32, 75, 6e-4, 3, 0.06, 0.0, 1, "complex_normal",
-                   ssm_params="Lambda_re,Lambda_im,log_step", dt_min=1e-4),
+                   ssm_params="Lambda_re,Lambda_im,log_step", dt_min=1e-4, bn_momentum=0.9),
 }
 
 
@@ -110,6 +112,7 @@ def apply(c: ml_collections.ConfigDict, num_train: int) -> None:
 
 def _s5(c: ml_collections.ConfigDict, row: S5Row, num_train: int) -> None:
   c.model.block, c.model.s5_gate = "s5", row.gate
+  c.model.norm, c.model.bn_momentum = "batch", row.bn_momentum  # every script: --batchnorm=True
   c.model.num_layers, c.model.dim = row.layers, row.dim
   c.model.dropout = row.dropout
   c.model.final_norm = False

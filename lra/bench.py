@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from flax.training.train_state import TrainState
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra import memory, optim, writers
@@ -27,7 +26,7 @@ from lra.bench_common import compiled_flops, device_name, recorded_command
 from lra.config_loading import mixer_label, resolve_config
 from lra.isolated import call_isolated, call_logged, out_of_memory
 from lra.models.build import build_model, execution_path
-from lra.train import make_steps
+from lra.train import create_state, make_steps
 from lra.tasks.contract.spec import TaskSpec
 
 # The Latte paper's Text protocol: 6 layers, D=256, 4 heads, MLP 4D, batch 32.
@@ -75,11 +74,11 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
       "weight": np.ones((batch_size,), np.float32)}, NamedSharding(mesh, P("data")))
   model = build_model(config, spec)
   init_batch = {"inputs": batch["inputs"][:1], "mask": batch["mask"][:1]}
-  params = jax.jit(lambda key: model.init(key, init_batch, deterministic=True))(
-      jax.random.PRNGKey(0))["params"]
-  state = jax.device_put(
-      TrainState.create(apply_fn=model.apply, params=params, tx=optim.make_optimizer(config.train)),
-      NamedSharding(mesh, P()))
+  variables = jax.jit(lambda key: model.init(key, init_batch, deterministic=True))(
+      jax.random.PRNGKey(0))
+  params = variables["params"]
+  state = jax.device_put(create_state(model, variables, optim.make_optimizer(config.train)),
+                         NamedSharding(mesh, P()))
   record["num_params"] = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
   train_step, _ = make_steps(model, mesh, dropout_seed=0, dropout_bits=config.train.dropout_bits)
 

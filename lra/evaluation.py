@@ -98,13 +98,14 @@ def predict(s: train.Setup, state: TrainState, data: PreparedData, split: str,
             batch_size: int) -> np.ndarray:
   """The predicted class (argmax of the logits) of every example of `split`: [N] int32."""
   classes = jax.jit(
-      lambda params, batch: jnp.argmax(
-          s.model.apply({"params": params}, batch, deterministic=True), axis=-1),
+      lambda variables, batch: jnp.argmax(
+          s.model.apply(variables, batch, deterministic=True), axis=-1),
       out_shardings=NamedSharding(s.mesh, P()))  # every host gets the whole batch's classes
   arrays = data.split(split)
   predicted = np.full(len(arrays["label"]), -1, np.int32)
   rows = s.put.rows(batch_size)
   for indices, batch in indexed_eval_batches(arrays, data.spec, batch_size, rows, s.batching):
-    predicted[indices] = jax.device_get(classes(state.params, s.put(batch, batch_size)))[
+    predicted[indices] = jax.device_get(classes(train.model_variables(state),
+                                                s.put(batch, batch_size)))[
         :len(indices)]
   return predicted

@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import flax.linen as nn
 import jax
@@ -75,21 +75,30 @@ def make_steps(model: nn.Module, mesh: jax.sharding.Mesh, dropout_seed: int,
   replicated = NamedSharding(mesh, P())
   base_key = dropout_rng.key(dropout_seed, dropout_bits)
 
-  def grads_and_sums(params, batch, key):
+  def grads_and_sums(params, batch, key, stats=None):
     def loss_fn(params):
-      logits = model.apply({"params": params}, batch, deterministic=False, rngs={"dropout": key})
+      if stats is None:
+        logits = model.apply({"params": params}, batch, deterministic=False,
+                             rngs={"dropout": key})
+        new_stats = None
+      else:  # BatchNorm: this batch's statistics normalise it and update the running ones
+        logits, updated = model.apply({"params": params, "batch_stats": stats}, batch,
+                                      deterministic=False, rngs={"dropout": key},
+                                      mutable=["batch_stats"])
+        new_stats = updated["batch_stats"]
       sums = _weighted_metrics(logits, batch)
-      return sums["loss_sum"], sums
-    (_, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-    return grads, sums
+      return sums["loss_sum"], (sums, new_stats)
+    (_, (sums, new_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    return grads, sums, new_stats
 
   def train_step(state: TrainState, batch):
     batch = dict(batch)
     stop = batch.pop("stop", None)
     # Dropout depends on (seed, step) only: a resumed run draws the same masks.
     key = jax.random.fold_in(base_key, state.step)
+    stats = getattr(state, "batch_stats", None)  # BatchNorm's (setup refuses micro-batches)
     if grad_accum_steps == 1:
-      grads, sums = grads_and_sums(state.params, batch, key)
+      grads, sums, stats = grads_and_sums(state.params, batch, key, stats)
     else:
       k = grad_accum_steps
       micro = jax.tree.map(lambda a: a.reshape(a.shape[0] // k, k, *a.shape[1:]).swapaxes(0, 1),
@@ -97,11 +106,11 @@ def make_steps(model: nn.Module, mesh: jax.sharding.Mesh, dropout_seed: int,
       micro = jax.lax.with_sharding_constraint(micro, NamedSharding(mesh, P(None, "data")))
       first = jax.tree.map(lambda a: a[0], micro)
       zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
-                           jax.eval_shape(grads_and_sums, state.params, first, key))
+                           jax.eval_shape(grads_and_sums, state.params, first, key)[:2])
 
       def accumulate(total, xs):
         index, batch = xs
-        part = grads_and_sums(state.params, batch, jax.random.fold_in(key, index))
+        part = grads_and_sums(state.params, batch, jax.random.fold_in(key, index))[:2]
         return jax.tree.map(jnp.add, total, part), None
       (grads, sums), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(k), micro))
     # Gradient of the mean loss over the whole batch's real rows.
@@ -109,10 +118,11 @@ def make_steps(model: nn.Module, mesh: jax.sharding.Mesh, dropout_seed: int,
     sums["grad_norm"] = optax.global_norm(grads)
     if stop is not None:
       sums["stop"] = jnp.max(stop)
-    return state.apply_gradients(grads=grads), sums
+    state = state.apply_gradients(grads=grads)
+    return (state if stats is None else state.replace(batch_stats=stats)), sums
 
   def eval_step(state: TrainState, batch):
-    return _weighted_metrics(model.apply({"params": state.params}, batch, deterministic=True),
+    return _weighted_metrics(model.apply(model_variables(state), batch, deterministic=True),
                              batch)
 
   return (jax.jit(train_step, out_shardings=(replicated, replicated), donate_argnums=0),
@@ -168,6 +178,9 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
   batches.check(spec.seq_len)
   if tc.grad_accum_steps < 1:
     raise ValueError(f"train.grad_accum_steps must be >= 1, got {tc.grad_accum_steps}")
+  if config.model.get("norm") == "batch" and tc.grad_accum_steps > 1:
+    raise ValueError("model.norm=batch normalises each batch by its own statistics, which "
+                     "micro-batches would change: use train.grad_accum_steps=1.")
   distributed.check_divisible("train.batch_size", tc.batch_size,
                               jax.device_count() * tc.grad_accum_steps)
   distributed.check_divisible("eval.batch_size", config.eval.batch_size, jax.device_count())
@@ -225,11 +238,37 @@ class Book:
     return False
 
 
+class ModelState(TrainState):
+  """A TrainState that also carries BatchNorm's running statistics (model.norm=batch).
+
+  Models without BatchNorm keep the plain TrainState, so their checkpoints keep their layout.
+  """
+  batch_stats: Any = None
+
+
+def create_state(model: nn.Module, variables: Mapping[str, Any],
+                 tx: optax.GradientTransformation) -> TrainState:
+  """The training state of freshly initialised `variables` (a ModelState if they hold
+  BatchNorm statistics)."""
+  if "batch_stats" in variables:
+    return ModelState.create(apply_fn=model.apply, params=variables["params"], tx=tx,
+                             batch_stats=variables["batch_stats"])
+  return TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx)
+
+
+def model_variables(state: TrainState) -> dict[str, Any]:
+  """What `model.apply` reads for inference: the parameters, and BatchNorm's running
+  statistics where the model has them."""
+  stats = getattr(state, "batch_stats", None)
+  return {"params": state.params} if stats is None else {"params": state.params,
+                                                          "batch_stats": stats}
+
+
 def init_state(s: Setup, spec: TaskSpec, seed: int) -> TrainState:
   """Fresh parameters and optimizer state, replicated over the mesh."""
   def create(key):
-    params = s.model.init(key, example_batch(spec, 1), deterministic=True)["params"]
-    return TrainState.create(apply_fn=s.model.apply, params=params, tx=s.tx)
+    return create_state(s.model, s.model.init(key, example_batch(spec, 1), deterministic=True),
+                        s.tx)
   return jax.jit(create, out_shardings=s.replicated)(jax.random.PRNGKey(seed))
 
 

@@ -56,7 +56,9 @@ def build_model(config: ml_collections.ConfigDict, spec: Any) -> Classifier:
                     embedding=m.embedding, pos_encoding=m.pos_encoding, pooling=m.pooling,
                     dtype=m.dtype, remat=m.remat, block=m.block, glu=m.glu,
                     mixer_gate=m.mixer_gate, mlp_hidden_dropout=m.mlp_hidden_dropout,
-                    final_norm=m.final_norm, s5_gate=m.s5_gate)
+                    final_norm=m.final_norm, s5_gate=m.s5_gate,
+                    # .get: a run's config.json from before these keys existed still builds.
+                    norm=m.get("norm", "block"), bn_momentum=m.get("bn_momentum", 0.95))
   return Classifier(encoder=encoder, num_classes=spec.num_classes, dual=spec.dual, head=m.head)
 
 

@@ -73,6 +73,18 @@ class GatedMlpBlock(nn.Module):
 
 
 BLOCKS = ("prenorm", "plusplus", "s5", "mega", "mega_prenorm")
+NORMS = ("block", "batch")
+
+
+def make_norm(norm: str, block: str, momentum: float, deterministic: bool, name: str):
+  """The block's normalisation: its own ("block": LayerNorm, RMSNorm under "plusplus") or
+  BatchNorm over batch and time, pads included, running averages when deterministic (S5's LRA
+  runs; the statistics live in the "batch_stats" collection)."""
+  if norm == "batch":
+    return nn.BatchNorm(use_running_average=deterministic, momentum=momentum, name=name)
+  if norm != "block":
+    raise ValueError(f"model.norm must be one of {NORMS}, got {norm!r} (--config.model.norm=batch).")
+  return (nn.RMSNorm if block == "plusplus" else nn.LayerNorm)(name=name)
 S5_GATES = ("half_glu1", "half_glu2")
 
 
@@ -97,6 +109,8 @@ class EncoderBlock(nn.Module):
     mixer_gate: the GELU gate and D x D output projection around the mixer (ours).
     mlp_hidden_dropout: dropout on the MLP's hidden activations as well as on its output.
     s5_gate: "half_glu1" or "half_glu2", the "s5" block's gated output layer.
+    norm, bn_momentum: "block" (the block's own norm) or "batch" (BatchNorm, with this momentum
+      for its running statistics); see make_norm.
   """
   mixer_factory: MixerFactory
   num_heads: int
@@ -108,6 +122,8 @@ class EncoderBlock(nn.Module):
   mixer_gate: bool = False
   mlp_hidden_dropout: bool = True
   s5_gate: str = "half_glu1"
+  norm: str = "block"
+  bn_momentum: float = 0.95
 
   @nn.compact
   def __call__(self, x, mask, carry, deterministic: bool):
@@ -115,29 +131,30 @@ class EncoderBlock(nn.Module):
     if self.block not in BLOCKS:
       raise ValueError(f"model.block must be one of {BLOCKS}, got {self.block!r} "
                        f"(--config.model.block=plusplus).")
-    norm = nn.RMSNorm if self.block == "plusplus" else nn.LayerNorm
+    norm = lambda name: make_norm(self.norm, self.block, self.bn_momentum,  # noqa: E731
+                                  deterministic, name)
     mixer = self.mixer_factory(dim=x.shape[-1], num_heads=self.num_heads, max_len=self.max_len,
                                name="mixer")
     drop = lambda y: nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)  # noqa: E731
     if self.block == "s5":
       if self.s5_gate not in S5_GATES:
         raise ValueError(f"model.s5_gate must be one of {S5_GATES}, got {self.s5_gate!r}.")
-      y, carry = mixer(nn.LayerNorm(name="mixer_norm")(x), mask, deterministic=deterministic,
+      y, carry = mixer(norm("mixer_norm")(x), mask, deterministic=deterministic,
                        carry=carry)
       z = drop(nn.gelu(y))
       gate = nn.sigmoid(nn.Dense(x.shape[-1], name="gate")(z))
       return x + drop((z if self.s5_gate == "half_glu1" else y) * gate), carry
     if self.block in ("mega", "mega_prenorm"):
       pre = self.block == "mega_prenorm"
-      h = nn.LayerNorm(name="mixer_norm")(x) if pre else x
+      h = norm("mixer_norm")(x) if pre else x
       y, carry = mixer(h, mask, deterministic=deterministic, carry=carry)
       x = x + drop(y)
-      x = x if pre else nn.LayerNorm(name="mixer_norm")(x)
-      h = nn.LayerNorm(name="mlp_norm")(x) if pre else x
+      x = x if pre else norm("mixer_norm")(x)
+      h = norm("mlp_norm")(x) if pre else x
       y = nn.Dense(x.shape[-1], name="ffn_out")(nn.silu(nn.Dense(self.mlp_dim, name="ffn_in")(h)))
       x = x + drop(y)
-      return (x if pre else nn.LayerNorm(name="mlp_norm")(x)), carry
-    h = norm(name="mixer_norm")(x)
+      return (x if pre else norm("mlp_norm")(x)), carry
+    h = norm("mixer_norm")(x)
     y, carry = mixer(h, mask, deterministic=deterministic, carry=carry)
     if self.mixer_gate:
       y = nn.gelu(nn.Dense(x.shape[-1], name="mixer_gate")(h)) * y
@@ -148,7 +165,7 @@ class EncoderBlock(nn.Module):
                           name="mlp")
     else:
       mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.mlp_hidden_dropout, name="mlp")
-    y = mlp(norm(name="mlp_norm")(x), deterministic=deterministic)
+    y = mlp(norm("mlp_norm")(x), deterministic=deterministic)
     return x + nn.Dropout(self.dropout_rate)(y, deterministic=deterministic), carry
 
 
@@ -168,6 +185,7 @@ class Encoder(nn.Module):
     block, glu, mixer_gate, mlp_hidden_dropout: the blocks' kind and options (see EncoderBlock).
     final_norm: normalise the last block's output before pooling (LayerNorm, or RMSNorm under
       "plusplus"), as pre-norm transformers do; the authors' Latte code has none.
+    norm, bn_momentum: every norm's kind, "block" or "batch" (BatchNorm; see make_norm).
   """
   vocab_size: int
   max_len: int
@@ -188,6 +206,8 @@ class Encoder(nn.Module):
   mlp_hidden_dropout: bool = True
   final_norm: bool = True
   s5_gate: str = "half_glu1"
+  norm: str = "block"
+  bn_momentum: float = 0.95
 
   def _block_class(self):
     """EncoderBlock wrapped for remat and the compute dtype; the mixers need not know either."""
@@ -233,11 +253,11 @@ class Encoder(nn.Module):
       x, carry = block(self.mixer_factory, self.num_heads, self.mlp_dim, self.dropout_rate,
                        mixer_max_len, block=self.block, glu=self.glu, mixer_gate=self.mixer_gate,
                        mlp_hidden_dropout=self.mlp_hidden_dropout, s5_gate=self.s5_gate,
-                       name=f"block_{i}")(
+                       norm=self.norm, bn_momentum=self.bn_momentum, name=f"block_{i}")(
                            x, mask, carry, deterministic)
     x = x.astype(jnp.float32)
     if self.final_norm:
-      x = (nn.RMSNorm if self.block == "plusplus" else nn.LayerNorm)(name="final_norm")(x)
+      x = make_norm(self.norm, self.block, self.bn_momentum, deterministic, "final_norm")(x)
     if self.pooling == "cls":
       return x[:, 0]
     if self.pooling == "last":
