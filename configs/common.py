@@ -24,8 +24,11 @@ import ml_collections
 PRESETS = ("paper", "latte_code", "lra", "smoke", "demo")
 # S5's and Mega-Chunk's own LRA runs (configs/published.py): the LRA tasks, those two mixers.
 PUBLISHED_PRESETS = ("published",)
-# The LRA task's own data at full length, with a model a laptop CPU trains in 40 min to 4 h.
-CPU_PRESETS = ("laptop",)
+# The LRA task's own data at full length, with a model a laptop CPU trains in 40 min to 4 h;
+# laptop_published: the same data and budget with S5's or Mega-Chunk's own architecture.
+CPU_PRESETS = ("laptop", "laptop_published")
+# Presets that rebuild a published row, so they take only its mixers (s5, mega).
+OWN_ARCHITECTURE_PRESETS = ("published", "laptop_published")
 LATTE_FAMILY = ("latte", "latte_macchiato", "latte_rglru", "latte_rglru_swa")
 # The published "Latte-RGLRU++" and "Latte-RGLRU-SWA++" rows (ICLR version, Table 3) use the ++ block.
 PLUSPLUS_MIXERS = ("latte_rglru", "latte_rglru_swa")

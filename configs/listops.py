@@ -11,6 +11,7 @@ import ml_collections
 from lra.configs import common, published
 
 NUM_TRAIN = 96_000  # release / generator default
+LAPTOP_STEPS, LAPTOP_BATCH = 5000, 32  # the LRA base config's budget, which `laptop` keeps
 # Latte paper Table 4, ListOps row.
 PAPER = common.PaperRow(dim=128, latents=40, learning_rate=1e-3, batch_size=64,
                         weight_decay=0.01, dropout=0.1, epochs=50)
@@ -33,6 +34,12 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.mixers.reformer.chunk_len = common.lra_reformer_chunk(2001)  # LRA's input: CLS + 2000
   elif preset == "laptop":
     laptop(c)
+  elif preset == "laptop_published":
+    # S5's or Mega-Chunk's own ListOps architecture and optimizer on the laptop's data and budget
+    # (160,000 examples), its schedule compressed to fit.
+    laptop(c)
+    published.apply(c, NUM_TRAIN)
+    published.on_a_budget(c, examples=LAPTOP_STEPS * LAPTOP_BATCH, evaluations=10)
   elif preset == "published":
     published.apply(c, NUM_TRAIN)
   else:
@@ -69,7 +76,8 @@ def laptop(c: ml_collections.ConfigDict) -> None:
   c.train.dropout_bits = "paired"  # half of dropout's hashing: ~10% off a CPU step
   # Softmax's [B,H,T,T] weights 128 queries at a time: the same values, 1.7x faster epochs here.
   c.mixers.softmax.query_chunk = 128
-  common.lra_rsqrt(c, num_steps=5000, warmup_steps=1000)
+  common.lra_rsqrt(c, num_steps=LAPTOP_STEPS, warmup_steps=1000)
+  assert c.train.batch_size == LAPTOP_BATCH
   c.mixers.reformer.chunk_len = common.lra_reformer_chunk(2001)  # the LRA model's chunk
   c.eval.every_steps = 500
   c.checkpoint.every_steps = 250  # long runs go in parts: lose at most 250 steps to a stop

@@ -110,6 +110,17 @@ def apply(c: ml_collections.ConfigDict, num_train: int) -> None:
   c.eval.batch_size = c.train.batch_size
 
 
+def on_a_budget(c: ml_collections.ConfigDict, *, examples: int, evaluations: int) -> None:
+  """Fits a published run into `examples` training examples at its own batch size: the warm-up
+  keeps its fraction of the run and the decay ends at the last step; `evaluations` evenly spaced
+  evaluations (and checkpoints)."""
+  t = c.train
+  steps = examples // t.batch_size
+  t.warmup_steps = round(t.warmup_steps * steps / t.num_steps)
+  t.num_steps = steps
+  c.eval.every_steps = c.checkpoint.every_steps = steps // evaluations
+
+
 def _s5(c: ml_collections.ConfigDict, row: S5Row, num_train: int) -> None:
   c.model.block, c.model.s5_gate = "s5", row.gate
   c.model.norm, c.model.bn_momentum = "batch", row.bn_momentum  # every script: --batchnorm=True

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lra.configs.common import CPU_PRESETS, PRESETS, PUBLISHED_PRESETS
+from lra.configs.common import CPU_PRESETS, OWN_ARCHITECTURE_PRESETS, PRESETS, PUBLISHED_PRESETS
 from lra.run import default_data_dir
 from lra.models.mixers import MIXERS, describe, entry_points
 from lra.tasks import TASKS, get_task
@@ -39,6 +39,8 @@ PRESET_DESCRIPTIONS = {
     "demo": "minutes on a CPU: a small model on small generated data",
     "laptop": "LRA's full ListOps with a 2-layer D=64 model: 40 min to 4 h on a laptop CPU",
     "published": "S5's and Mega-Chunk's own published LRA runs: their blocks and optimizers",
+    "laptop_published": "S5's or Mega-Chunk's own ListOps architecture on the laptop's data and "
+                        "budget",
 }
 
 
@@ -46,7 +48,7 @@ def _tasks_with(preset: str) -> list[str]:
   """The tasks whose config accepts this preset."""
   from lra.config_loading import load_config
   found = []
-  mixer = "s5" if preset in PUBLISHED_PRESETS else "latte"  # published takes only its rows' mixers
+  mixer = "s5" if preset in OWN_ARCHITECTURE_PRESETS else "latte"  # they take only s5 and mega
   for task in TASKS:
     try:
       load_config(task, preset, mixer)

@@ -116,9 +116,11 @@ def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
                  "`lra table`.")
   parts.append(f"{h} Ours: the LRA tasks on a CPU (preset {', '.join(f'`{p}`' for p in CPU_PRESETS)})")
   parts.append("The full LRA task data at full length, with a model small enough to train on a "
-               "laptop CPU: the same model for every mixer, so the ordering of mixers is "
-               "informative, but not the papers' models, so the published numbers of the same "
-               "mixer are shown beside ours without a Δ. Wall time: training with its "
+               "laptop CPU: under `laptop` the same model for every mixer, so the ordering of "
+               "mixers is informative (`laptop_published`: S5's or Mega-Chunk's own "
+               "architecture on the same data and budget), but not the papers' models, so the "
+               "published numbers of the same mixer are shown beside ours without a Δ. Wall "
+               "time: training with its "
                "evaluations, summed over a run's parts; steps/s: training steps per second in "
                "the run's last log window (evaluations excluded).")
   parts.append(_cpu_table(cpu_rows) if cpu_rows else

@@ -68,3 +68,25 @@ def test_mixers_with_their_own_positions_get_no_absolute_ones(task, preset):
   assert resolve_config(task, "latte", preset).model.pos_encoding == expected
   for mixer in ("s5", "mega"):
     assert resolve_config(task, mixer, preset).model.pos_encoding == "none"
+
+
+@pytest.mark.parametrize("mixer, batch, steps, warmup", [("s5", 50, 3200, 80),
+                                                         ("mega", 64, 2500, 83)])
+def test_laptop_published_fits_the_published_run_into_the_laptop_budget(mixer, batch, steps,
+                                                                       warmup):
+  """Own architecture and optimizer, the laptop's data, 160,000 examples at the published batch:
+  the warm-up keeps its fraction of the run (S5: 1 of 40 epochs; Mega: 3,000 of 90,000 updates)."""
+  published = resolve_config("listops", mixer, "published")
+  c = resolve_config("listops", mixer, "laptop_published")
+  laptop = resolve_config("listops", "latte", "laptop")
+  assert c.data.to_dict() == laptop.data.to_dict()
+  assert c.train.batch_size == published.train.batch_size == batch
+  assert c.train.num_steps * batch <= laptop.train.num_steps * laptop.train.batch_size
+  assert (c.train.num_steps, c.train.warmup_steps) == (steps, warmup)
+  assert c.eval.every_steps == steps // 10
+  for key in ("block", "num_layers", "dim", "norm", "pos_encoding"):
+    assert c.model[key] == published.model[key], key
+  for key in ("learning_rate", "ssm_learning_rate", "weight_decay", "schedule"):
+    assert c.train[key] == published.train[key], key
+  with pytest.raises(ValueError, match="published"):
+    resolve_config("listops", "latte", "laptop_published")
