@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from lra.models.mixers.block_sparse import gather_positions, gathered_attention, pad_to_blocks
+from lra.models.mixers.projections import project_qkv
 
 
 def bigbird_layout(mask: jax.Array, block: int, num_random: int, scores: jax.Array
@@ -104,8 +105,7 @@ class BigBirdMixer(nn.Module):
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
     head_dim = self.dim // self.num_heads
-    q, k, v = jnp.split(nn.DenseGeneral((3, self.num_heads, head_dim), name="qkv")(x), 3, axis=2)
-    q, k, v = (t.squeeze(2) for t in (q, k, v))
+    q, k, v = project_qkv(x, self.num_heads, head_dim)
     # Scores sized by max_len, not by this batch's T: a block's random partners then do not
     # change with the amount of padding.
     num_blocks = -(-max(self.max_len, x.shape[1]) // self.block)

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from lra.models.mixers.latte import latte_attention
+from lra.models.mixers.projections import project_qkv
 
 
 def local_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
@@ -88,8 +89,7 @@ class LatteMacchiatoMixer(nn.Module):
                        f"num_heads={self.num_heads} (latents are split across heads).")
     per_head = self.num_latents // self.num_heads
     head_dim = self.dim // self.num_heads
-    q, k, v = jnp.split(nn.DenseGeneral((3, self.num_heads, head_dim), name="qkv")(x), 3, axis=2)
-    q, k, v = (t.squeeze(2) for t in (q, k, v))
+    q, k, v = project_qkv(x, self.num_heads, head_dim)
     state_logits = nn.DenseGeneral((self.num_heads, per_head + 1), name="state_logits")(x)
     latent_k = nn.DenseGeneral((self.num_heads, per_head), name="key_latents")(x)
     y = latte_macchiato_attention(q, k, v, state_logits, latent_k, mask, self.window)

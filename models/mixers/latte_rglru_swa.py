@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from lra.models.mixers.latte import rope_frequencies, rotate_pairs
 from lra.models.mixers.latte_macchiato import latte_macchiato_attention
 from lra.models.mixers.latte_rglru import LatentFeatures
+from lra.models.mixers.projections import project_qkv
 
 
 class LatteRGLRUSWAMixer(nn.Module):
@@ -39,8 +40,7 @@ class LatteRGLRUSWAMixer(nn.Module):
                        f"num_heads={self.num_heads} (latents are split across heads).")
     per_head = self.num_latents // self.num_heads
     head_dim = self.dim // self.num_heads
-    q, k, v = jnp.split(nn.DenseGeneral((3, self.num_heads, head_dim), name="qkv")(x), 3, axis=2)
-    q, k, v = (t.squeeze(2) for t in (q, k, v))
+    q, k, v = project_qkv(x, self.num_heads, head_dim)
     if self.rope:
       if head_dim % 2:
         raise ValueError(f"latte_rglru_swa: rope=True needs an even dim/num_heads, got "

@@ -8,6 +8,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lra.models.mixers.projections import project_qkv
+
 
 def linear_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
   """Kernelised attention with feature map elu(x)+1; padded keys leave both sums.
@@ -39,8 +41,7 @@ class LinearMixer(nn.Module):
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
     head_dim = self.dim // self.num_heads
-    q, k, v = jnp.split(nn.DenseGeneral((3, self.num_heads, head_dim), name="qkv")(x), 3, axis=2)
-    q, k, v = (t.squeeze(2) for t in (q, k, v))
+    q, k, v = project_qkv(x, self.num_heads, head_dim)
     y = linear_attention(q, k, v, mask)
     y = nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(y)
     return y, carry

@@ -8,6 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lra.models.mixers.projections import project_qkv
 from lra.models.mixers.softmax import softmax_attention
 
 
@@ -55,8 +56,7 @@ class LinformerMixer(nn.Module):
           f"of its learned length projections. Build the model with max_len >= {length} (it is "
           f"the task's seq_len; re-prepare the data with a longer sequence length if needed).")
     head_dim = self.dim // self.num_heads
-    q, k, v = jnp.split(nn.DenseGeneral((3, self.num_heads, head_dim), name="qkv")(x), 3, axis=2)
-    q, k, v = (t.squeeze(2) for t in (q, k, v))
+    q, k, v = project_qkv(x, self.num_heads, head_dim)
     heads = 1 if self.share_heads else self.num_heads
     # fan-in = max_len (the time axis being summed), as a Dense layer over time would have.
     init = nn.initializers.variance_scaling(1.0, "fan_in", "normal", in_axis=0, out_axis=2,

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra.models.mixers.block_sparse import gather_positions, gathered_attention, pad_to_blocks
+from lra.models.mixers.projections import project_qkv
 
 
 def window_sides(window: int) -> tuple[int, int]:
@@ -107,10 +108,9 @@ class LongformerMixer(nn.Module):
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
     head_dim = self.dim // self.num_heads
-    project = lambda name: tuple(t.squeeze(2) for t in jnp.split(
-        nn.DenseGeneral((3, self.num_heads, head_dim), name=name)(x), 3, axis=2))
-    q, k, v = project("qkv")
-    global_qkv = project("qkv_global") if self.num_global and self.global_projections else None
+    q, k, v = project_qkv(x, self.num_heads, head_dim)
+    global_qkv = (project_qkv(x, self.num_heads, head_dim, "qkv_global")
+                  if self.num_global and self.global_projections else None)
     y = longformer_attention(q, k, v, mask, window=self.window, num_global=self.num_global,
                              global_qkv=global_qkv)
     return nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(y), carry

@@ -12,6 +12,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lra.models.mixers.projections import project_qkv
+
 RELU_EPSILON = 1e-3  # the LRA code's kernel_epsilon, keeps every relu feature positive
 
 
@@ -100,8 +102,7 @@ class PerformerMixer(nn.Module):
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
     head_dim = self.dim // self.num_heads
-    q, k, v = jnp.split(nn.DenseGeneral((3, self.num_heads, head_dim), name="qkv")(x), 3, axis=2)
-    q, k, v = (t.squeeze(2) for t in (q, k, v))
+    q, k, v = project_qkv(x, self.num_heads, head_dim)
     features = None
     if self.kernel == "softmax":
       if self.redraw and not deterministic:

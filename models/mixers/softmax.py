@@ -7,6 +7,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lra.models.mixers.projections import project_qkv
+
 # "einsum": the formula below, in one piece or query chunks; "xla" and "cudnn": the two
 # implementations of jax.nn.dot_product_attention; "auto" picks one of these per device and dtype.
 IMPLEMENTATIONS = ("auto", "einsum", "xla", "cudnn")
@@ -185,8 +187,7 @@ class SoftmaxMixer(nn.Module):
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
     head_dim = self.dim // self.num_heads
-    q, k, v = jnp.split(nn.DenseGeneral((3, self.num_heads, head_dim), name="qkv")(x), 3, axis=2)
-    q, k, v = (t.squeeze(2) for t in (q, k, v))
+    q, k, v = project_qkv(x, self.num_heads, head_dim)
     y = softmax_attention(q, k, v, mask, query_chunk=self.query_chunk,
                           implementation=self.implementation)
     y = nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(y)
