@@ -79,5 +79,8 @@ def laptop(c: ml_collections.ConfigDict) -> None:
   common.lra_rsqrt(c, num_steps=LAPTOP_STEPS, warmup_steps=1000)
   assert c.train.batch_size == LAPTOP_BATCH
   c.mixers.reformer.chunk_len = common.lra_reformer_chunk(2001)  # the LRA model's chunk
+  # S5's own ListOps state (run_lra_listops.sh: P=16 in J=8 blocks), not its default P=256, which
+  # makes the scans 16x larger: 0.3-0.5 steps/s here, ~4 h for the run (docs/protocol.md).
+  c.mixers.s5.state_size, c.mixers.s5.blocks = 16, 8
   c.eval.every_steps = 500
   c.checkpoint.every_steps = 250  # long runs go in parts: lose at most 250 steps to a stop
