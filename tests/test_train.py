@@ -287,3 +287,21 @@ def test_a_partial_run_carried_through_git_resumes_on_the_clone(tmp_path, monkey
   strip = lambda rows: [{k: v for k, v in r.items() if k != "train/steps_per_s"} for r in rows]  # noqa: E731
   assert (strip(read_metrics(carried / "metrics.jsonl"))
           == strip(read_metrics(tmp_path / "clean" / "metrics.jsonl")))
+
+
+def test_throughput_counts_only_training_steps_and_time():
+  """A log window of 50 steps with an evaluation after its 10th: 50 steps over the 50 s of
+  training, not 50 steps over the 40 s after the evaluation (what the rate said before)."""
+  now = [0.0]
+  meter = train.Throughput(clock=lambda: now[0])
+  for i in range(50):
+    now[0] += 1.0  # one training step takes 1 s
+    meter.step()
+    if i == 9:
+      with meter.paused():
+        now[0] += 300.0  # the evaluation
+  assert meter.rate() == pytest.approx(1.0)
+  meter.restart()  # a new window: steps before it are not counted again
+  now[0] += 4.0
+  meter.step()
+  assert meter.rate() == pytest.approx(0.25)
