@@ -238,25 +238,27 @@ def phase_bench(ctx: "Check", deadline: float) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # Phase c: a slice of the ListOps paper run, its data made on the host CPU meanwhile.
 
-class ListOpsData(threading.Thread):
-  """`lra data generate listops` then `lra data prepare listops` into `data_dir`, in the
-  background; `status` is None while running, then "ready" or what failed."""
+class HostData(threading.Thread):
+  """`lra data generate TASK` then `lra data prepare TASK` into `data_dir`/TASK, in the
+  background on the host CPU while the accelerator runs other phases; `status` is None while
+  running, then "ready" or what failed."""
 
-  def __init__(self, ctx: "Check"):
+  def __init__(self, ctx: "Check", task: str, generate: tuple[str, ...]):
     super().__init__(daemon=True)
-    self.ctx, self.status, self.seconds = ctx, None, None
-    self.data_dir = ctx.work / "data"
+    self.ctx, self.task, self.generate = ctx, task, generate
+    self.status, self.seconds = None, None
+    self.data_dir = ctx.work / f"{task}_data"
+    self.cache = self.data_dir / task  # prepare's default cache name is the task's
 
   def run(self) -> None:
-    began, raw = time.monotonic(), self.ctx.work / "listops_raw"
+    began, raw = time.monotonic(), self.ctx.work / f"{self.task}_raw"
     lra = [sys.executable, "-m", "lra"]
-    for cmd in ([*lra, "data", "generate", "listops", "--out", str(raw),
-                 *self.ctx.sizes["generate"]],
-                [*lra, "data", "prepare", "listops", "--source", str(raw), "--data-dir",
+    for cmd in ([*lra, "data", "generate", self.task, "--out", str(raw), *self.generate],
+                [*lra, "data", "prepare", self.task, "--source", str(raw), "--data-dir",
                  str(self.data_dir)]):
       proc = self.ctx.children.start(cmd, self.ctx.out / "data.log")
       if proc.wait() != 0:
-        self.status = f"`{shlex.join(cmd[2:4])}` failed (exit {proc.returncode}; see data.log)"
+        self.status = f"`{shlex.join(cmd[2:5])}` failed (exit {proc.returncode}; see data.log)"
         break
     else:
       self.status = "ready"
@@ -320,11 +322,21 @@ def phase_probe(ctx: "Check", deadline: float) -> dict[str, Any]:
   if missing:
     return {"status": "skipped: tools/pathfinder_probe.py has no " + ", ".join(missing)
             + " on this checkout"}
-  data = (["--quick"] if ctx.quick else []) + (
-      ["--cache", str(ctx.args.pathfinder_cache)] if ctx.args.pathfinder_cache else [])
+  extra: dict[str, Any] = {}
+  cache = ctx.args.pathfinder_cache
+  if ctx.pathfinder:
+    made = ctx.pathfinder
+    made.join(timeout=max(0.0, deadline - time.monotonic() - 60))
+    if made.status != "ready":
+      why = made.status or "still being generated at this phase's time limit"
+      return {"status": f"skipped: Pathfinder data {why}"}
+    cache, extra["data_seconds"] = made.cache, made.seconds
+  data = (["--quick"] if ctx.quick and not cache else []) + (
+      ["--cache", str(cache)] if cache else [])
   data += shlex.split(ctx.args.probe_args or "")
   if not data:
-    return {"status": "skipped: no Pathfinder data (pass --pathfinder-cache DIR or --probe-args)"}
+    return {"status": "skipped: no Pathfinder data (pass --pathfinder-generate N, "
+                      "--pathfinder-cache DIR or --probe-args)"}
   budget = int(deadline - time.monotonic() - 30)  # its evaluation and files after training
   if budget < 20:
     return {"status": "skipped: too little time left"}
@@ -341,7 +353,8 @@ def phase_probe(ctx: "Check", deadline: float) -> dict[str, Any]:
       except json.JSONDecodeError:
         pass
   result = json.loads(out.read_text()) if out.exists() else {"curve": curve}
-  return {"command": shlex.join(cmd[1:]), "exit_code": proc.returncode, **result,
+  return {**result, **extra, "exit_code": proc.returncode,
+          "command": shlex.join(cmd[1:]).replace(str(ctx.work), "<tmp>"),
           "status": "done" if finished and proc.returncode == 0 else
           "partial: stopped at its time limit" if not finished else
           f"failed (exit {proc.returncode}; see probe.log)"}
@@ -363,7 +376,12 @@ class Check:
     self.env: dict[str, Any] = {}
     self.out = self.work  # until the device is known
     self.report: dict[str, Any] = {}
-    self.listops = ListOpsData(self)
+    self.listops = HostData(self, "listops", self.sizes["generate"])
+    # LRA's Pathfinder-32 "hard" set (contour length 14), made by the host's spare cores.
+    self.pathfinder = (HostData(self, "pathfinder", (
+        "--resolution", "32", "--difficulty", "hard", "--num-images",
+        str(args.pathfinder_generate), "--workers", str(max(1, (os.cpu_count() or 2) // 2))))
+        if args.pathfinder_generate else None)
 
   def deadline(self, phase: str) -> float:
     """When `phase` must end (time.monotonic()): the selected phases share the whole budget."""
@@ -400,6 +418,8 @@ def run_check(args: argparse.Namespace) -> Path:
   check.write()
   if "run" in check.phases:
     check.listops.start()
+  if "probe" in check.phases and check.pathfinder:
+    check.pathfinder.start()
   runners = {"tests": phase_tests, "bench": phase_bench, "run": phase_run, "probe": phase_probe}
   try:
     for name in check.phases:
@@ -515,7 +535,9 @@ def _run_md(p: dict[str, Any]) -> list[str]:
 
 def _probe_md(p: dict[str, Any]) -> list[str]:
   curve = p.get("curve") or []
-  lines = [f"`{p.get('command')}`", ""]
+  lines = [f"`{p.get('command')}`" + (f"; its data generated and prepared on the host in "
+                                      f"{p['data_seconds']:.0f} s" if p.get("data_seconds")
+                                      else ""), ""]
   if curve:
     keys = [k for k in curve[0] if isinstance(curve[0][k], (int, float))]
     lines += ["| " + " | ".join(keys) + " |", "|" + "---:|" * len(keys)]
@@ -534,6 +556,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--commit", help="the commit checked (default: git rev-parse HEAD)")
   parser.add_argument("--pathfinder-cache", type=Path, help="a prepared Pathfinder cache for "
                       "the probe")
+  parser.add_argument("--pathfinder-generate", type=int, default=0, metavar="N",
+                      help="generate and prepare N hard Pathfinder-32 images on the host CPU "
+                      "(half its cores, from the check's start) for the probe")
   parser.add_argument("--probe-args", help="more arguments for tools/pathfinder_probe.py")
   parser.add_argument("--note", help="a sentence for the report (where, on whose machine, ...)")
   args = parser.parse_args(argv)
