@@ -87,12 +87,12 @@ def test_probe_flags_are_read_from_its_help(tmp_path, monkeypatch):
 
 
 def test_deadlines_share_the_budget_in_order():
-  c = check.Check(types.SimpleNamespace(quick=True, budget_s=480, phases=",".join(check.PHASES)))
+  c = check.Check(types.SimpleNamespace(quick=True, budget_s=480, pathfinder_generate=0, phases=",".join(check.PHASES)))
   ends = [c.deadline(p) - c.start for p in check.PHASES]
   assert ends == sorted(ends) and ends[0] == pytest.approx(0.2 * 480)
   assert ends[-1] == pytest.approx(480 - check.RESERVE_S)
   # Phases picked alone share the whole budget.
-  c = check.Check(types.SimpleNamespace(quick=True, budget_s=480, phases="bench,probe"))
+  c = check.Check(types.SimpleNamespace(quick=True, budget_s=480, pathfinder_generate=0, phases="bench,probe"))
   assert c.deadline("bench") - c.start == pytest.approx(480 * 0.3 / 0.45)
   assert c.deadline("probe") - c.start == pytest.approx(480 - check.RESERVE_S)
 
