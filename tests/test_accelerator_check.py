@@ -38,14 +38,16 @@ def test_never_starts():
 '''
 
 
-def _ctx(tmp_path, **sizes):
-  return types.SimpleNamespace(sizes=sizes, work=tmp_path, out=tmp_path, env={"platform": "cpu"},
-                               quick=True, children=check.Children())
+def _ctx(tmp_path, tests=None):
+  return types.SimpleNamespace(sizes={"tests": ["tests/test_mixer_cores.py"]}, work=tmp_path, out=tmp_path, env={"platform": "cpu"},
+                               quick=True, children=check.Children(),
+                               args=types.SimpleNamespace(tests=tests))
 
 
 def test_test_outcomes_are_kept_by_name_when_time_runs_out(tmp_path):
   (tmp_path / "test_tiny.py").write_text(TESTS)
-  ctx = _ctx(tmp_path, tests=[str(tmp_path / "test_tiny.py")])
+  # --tests picks the files, over the quick selection.
+  ctx = _ctx(tmp_path, tests=str(tmp_path / "test_tiny.py"))
   began = time.monotonic()
   result = check.phase_tests(ctx, time.monotonic() + 10)
   assert time.monotonic() - began < 40  # stopped at the deadline, not after the hang
@@ -87,12 +89,14 @@ def test_probe_flags_are_read_from_its_help(tmp_path, monkeypatch):
 
 
 def test_deadlines_share_the_budget_in_order():
-  c = check.Check(types.SimpleNamespace(quick=True, budget_s=480, pathfinder_generate=0, phases=",".join(check.PHASES)))
+  c = check.Check(types.SimpleNamespace(quick=True, budget_s=480, pathfinder_generate=0,
+                                        tests=None, phases=",".join(check.PHASES)))
   ends = [c.deadline(p) - c.start for p in check.PHASES]
   assert ends == sorted(ends) and ends[0] == pytest.approx(0.2 * 480)
   assert ends[-1] == pytest.approx(480 - check.RESERVE_S)
   # Phases picked alone share the whole budget.
-  c = check.Check(types.SimpleNamespace(quick=True, budget_s=480, pathfinder_generate=0, phases="bench,probe"))
+  c = check.Check(types.SimpleNamespace(quick=True, budget_s=480, pathfinder_generate=0,
+                                        tests=None, phases="bench,probe"))
   assert c.deadline("bench") - c.start == pytest.approx(480 * 0.3 / 0.45)
   assert c.deadline("probe") - c.start == pytest.approx(480 - check.RESERVE_S)
 

@@ -156,8 +156,11 @@ class Children:
 # ---------------------------------------------------------------------------------------------
 # Phase a: tests.
 
-def test_files(sizes: dict[str, Any]) -> list[str]:
-  """The quick selection, or the mixer tests plus every file with `gpu`-marked tests."""
+def test_files(sizes: dict[str, Any], chosen: str | None = None) -> list[str]:
+  """`chosen` (comma-separated), the quick selection, or the mixer tests plus every file with
+  `gpu`-marked tests."""
+  if chosen:
+    return chosen.split(",")
   if sizes["tests"]:
     return list(sizes["tests"])
   from lra.models.mixers import MIXERS
@@ -197,7 +200,7 @@ def read_outcomes(path: Path) -> dict[str, Any]:
 
 
 def phase_tests(ctx: "Check", deadline: float) -> dict[str, Any]:
-  files = test_files(ctx.sizes)
+  files = test_files(ctx.sizes, ctx.args.tests)
   outcomes = ctx.work / "tests.jsonl"
   marks = "not slow and not gpu" if ctx.env.get("platform") == "cpu" else "gpu or not slow"
   cmd = [sys.executable, "-m", "pytest", "-p", "check_outcomes", "-q", "-m", marks, *files]
@@ -556,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--commit", help="the commit checked (default: git rev-parse HEAD)")
   parser.add_argument("--pathfinder-cache", type=Path, help="a prepared Pathfinder cache for "
                       "the probe")
+  parser.add_argument("--tests", help="comma-separated test files or ids for the tests phase "
+                      "(default: the gpu-marked and mixer test files)")
   parser.add_argument("--pathfinder-generate", type=int, default=0, metavar="N",
                       help="generate and prepare N hard Pathfinder-32 images on the host CPU "
                       "(half its cores, from the check's start) for the probe")

@@ -87,7 +87,8 @@ def _cudnn_refusal(dtype: str, head_dim: int | None) -> str:
 def _cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
   """jax.nn.dot_product_attention on cuDNN, the [B,T] mask given as key lengths [B]."""
   lengths = jnp.sum(mask, axis=-1, dtype=jnp.int32)
-  is_suffix = jnp.all(mask == (jnp.arange(mask.shape[1]) < lengths[:, None]), axis=-1)  # [B]
+  is_suffix = jnp.all(mask == (jnp.arange(mask.shape[1])[None, :] < lengths[:, None]),
+                      axis=-1)  # [B]
   # An all-pad row attends to its first (pad) key where the einsum path spreads it over all
   # pads: finite either way, and nothing reads it; what cuDNN returns for zero keys is unstated.
   y = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=jnp.maximum(lengths, 1),
