@@ -48,12 +48,17 @@ def test_gated_form_sums_outer_products_of_gated_states():
                              rtol=1e-5, atol=1e-3)
 
 
-@pytest.mark.usefixtures("highest_precision")  # rtol 1e-5 is f32's; TF32 (a GPU's default) fails
+@pytest.mark.usefixtures("highest_precision")  # 1e-5 is f32's; TF32 (a GPU's default) fails
 def test_the_output_grows_with_the_sequence_without_normalisation():
-  """No normaliser: the same tokens repeated k times give k times the lookup."""
+  """No normaliser: the same tokens repeated k times give k times the lookup.
+
+  The two sums run in different orders (on a GPU in other blocks), so an entry that cancels to
+  near zero differs by f32 roundoff of the output's scale, not of itself: hence the atol.
+  """
   h, _ = _inputs(2)
   mask = np.ones((1, T), bool)
   once = cheap_linear.cheap_linear_attention(*[h[:1, :, None]] * 3, mask)
   thrice = cheap_linear.cheap_linear_attention(*[np.tile(h[:1], (1, 3, 1))[:, :, None]] * 3,
                                                np.ones((1, 3 * T), bool))
-  np.testing.assert_allclose(thrice[:, :T], 3 * once, rtol=1e-5)
+  scale = float(np.abs(3 * once).max())
+  np.testing.assert_allclose(thrice[:, :T], 3 * once, rtol=1e-5, atol=1e-5 * scale)
