@@ -88,6 +88,14 @@ def test_probe_flags_are_read_from_its_help(tmp_path, monkeypatch):
                               "--time-budget-s, --quick on this checkout")
 
 
+def test_the_probe_data_is_generated_unless_given_or_quick():
+  assert check.parse_args([]).pathfinder_generate == check.PATHFINDER_IMAGES
+  assert check.parse_args(["--quick"]).pathfinder_generate == 0
+  assert check.parse_args(["--pathfinder-cache", "pf"]).pathfinder_generate == 0
+  assert check.parse_args(["--probe-args", "--generated pf"]).pathfinder_generate == 0
+  assert check.parse_args(["--quick", "--pathfinder-generate", "400"]).pathfinder_generate == 400
+
+
 def test_deadlines_share_the_budget_in_order():
   c = check.Check(types.SimpleNamespace(quick=True, budget_s=480, pathfinder_generate=0,
                                         tests=None, phases=",".join(check.PHASES)))

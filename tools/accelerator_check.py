@@ -50,6 +50,8 @@ RESERVE_S = 10  # for the last report after the last phase
 # registered mixer and files with `gpu`-marked tests are added to these.
 MIXER_TESTS = ("test_mixer_cores.py", "test_mixer_contract.py", "test_encoder_block.py",
                "test_batching.py", "test_dropout_rng.py")
+# LRA's Pathfinder-32 hard set size; 2 min to generate on 2 cores, under 2 on a GPU host's 8.
+PATHFINDER_IMAGES = 200_000
 PROBE_FLAGS = ("--model resnet18", "--time-budget-s", "--quick")
 VERSIONS = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "ml_collections", "numpy")
 SIZES = {
@@ -548,7 +550,7 @@ def _probe_md(p: dict[str, Any]) -> list[str]:
   return lines
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true", help="small sizes (a CPU try-out)")
   parser.add_argument("--budget-s", type=float, default=480, help="wall time for all phases")
@@ -561,19 +563,28 @@ def main(argv: list[str] | None = None) -> int:
                       "the probe")
   parser.add_argument("--tests", help="comma-separated test files or ids for the tests phase "
                       "(default: the gpu-marked and mixer test files)")
-  parser.add_argument("--pathfinder-generate", type=int, default=0, metavar="N",
+  parser.add_argument("--pathfinder-generate", type=int, metavar="N",
                       help="generate and prepare N hard Pathfinder-32 images on the host CPU "
-                      "(half its cores, from the check's start) for the probe")
+                      "(half its cores, from the check's start) for the probe (default: "
+                      f"{PATHFINDER_IMAGES:,} unless --quick, --pathfinder-cache or "
+                      "--probe-args gives the data; 0: none)")
   parser.add_argument("--probe-args", help="more arguments for tools/pathfinder_probe.py")
   parser.add_argument("--note", help="a sentence for the report (where, on whose machine, ...)")
   args = parser.parse_args(argv)
   # The command as recorded: the note is shown on its own.
   args.argv = [a for a in (sys.argv[1:] if argv is None else argv)
                if a != args.note and a != "--note" and not a.startswith("--note=")]
+  if args.pathfinder_generate is None:
+    given = args.quick or args.pathfinder_cache or args.probe_args
+    args.pathfinder_generate = 0 if given else PATHFINDER_IMAGES
   unknown = set(args.phases.split(",")) - set(PHASES)
   if unknown:
     parser.error(f"--phases: expected some of {','.join(PHASES)}, found {','.join(unknown)}")
-  out = run_check(args)
+  return args
+
+
+def main(argv: list[str] | None = None) -> int:
+  out = run_check(parse_args(argv))
   print(f"report: {out / 'report.md'}")
   return 0
 
