@@ -39,8 +39,8 @@ def test_never_starts():
 
 
 def _ctx(tmp_path, tests=None):
-  return types.SimpleNamespace(sizes={"tests": ["tests/test_mixer_cores.py"]}, work=tmp_path, out=tmp_path, env={"platform": "cpu"},
-                               quick=True, children=check.Children(),
+  return types.SimpleNamespace(sizes={"tests": ["tests/test_mixer_cores.py"]}, work=tmp_path,
+                               out=tmp_path, env={"platform": "cpu"}, quick=True, children=check.Children(),
                                args=types.SimpleNamespace(tests=tests))
 
 
@@ -97,14 +97,12 @@ def test_the_probe_data_is_generated_unless_given_or_quick():
 
 
 def test_deadlines_share_the_budget_in_order():
-  c = check.Check(types.SimpleNamespace(quick=True, budget_s=480, pathfinder_generate=0,
-                                        tests=None, phases=",".join(check.PHASES)))
+  c = check.Check(check.parse_args(["--quick", "--budget-s", "480"]))
   ends = [c.deadline(p) - c.start for p in check.PHASES]
   assert ends == sorted(ends) and ends[0] == pytest.approx(0.2 * 480)
   assert ends[-1] == pytest.approx(480 - check.RESERVE_S)
   # Phases picked alone share the whole budget.
-  c = check.Check(types.SimpleNamespace(quick=True, budget_s=480, pathfinder_generate=0,
-                                        tests=None, phases="bench,probe"))
+  c = check.Check(check.parse_args(["--quick", "--budget-s", "480", "--phases", "bench,probe"]))
   assert c.deadline("bench") - c.start == pytest.approx(480 * 0.3 / 0.45)
   assert c.deadline("probe") - c.start == pytest.approx(480 - check.RESERVE_S)
 
