@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lra.tasks.sources import pixels
+from lra.tasks.sources import pixels, tfds_reader
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.fingerprint import sha256_of
 from lra.tasks.sources.release import locate
@@ -168,22 +168,11 @@ def _read(src: _Source) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def _read_tfds(data_dir: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  try:
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    raise ImportError(
-        f"Reading the TFDS data dir {data_dir} needs tensorflow-datasets (and TensorFlow): "
-        f"pip install -e .[tfds]\nOr point --source at cifar-10-batches-py/ or "
-        f"cifar-10-python.tar.gz, which need nothing extra.") from None
-  builder = tfds.builder(TFDS_NAME, data_dir=str(data_dir))
-  out = {}
-  for split in ("train", "test"):
-    tokens, labels = [], []
-    for example in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
-      tokens.append(to_grayscale(np.asarray(example["image"], dtype=np.uint8)[None])[0])
-      labels.append(int(example["label"]))
-    out[split] = (np.stack(tokens), np.array(labels, dtype=np.int64))
-  return out
+  splits = tfds_reader.read_splits(TFDS_NAME, data_dir, "image",
+                                   "cifar-10-batches-py/ or cifar-10-python.tar.gz")
+  return {split: (to_grayscale(np.stack([np.asarray(im, dtype=np.uint8) for im in images])),
+                  np.array(labels, dtype=np.int64))
+          for split, (images, labels) in splits.items()}
 
 
 def prepare(source: Path, out_dir: Path) -> dict:

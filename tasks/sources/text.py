@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lra.tasks.sources import bytes_tokenizer
+from lra.tasks.sources import bytes_tokenizer, tfds_reader
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.cache import SPLITS
 from lra.tasks.contract.fingerprint import file_checksum, sha256_of, stat_digest
@@ -124,22 +124,9 @@ def _read_reviews(src: _Source) -> dict[str, tuple[list[bytes], np.ndarray]]:
 
 
 def _read_tfds(data_dir: Path) -> dict[str, tuple[list[bytes], np.ndarray]]:
-  try:
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    raise ImportError(
-        f"Reading the TFDS data dir {data_dir} needs tensorflow-datasets (and TensorFlow): "
-        f"pip install -e .[tfds]\nOr point --source at aclImdb/ or aclImdb_v1.tar.gz, which need "
-        f"nothing extra.") from None
-  builder = tfds.builder(TFDS_NAME, data_dir=str(data_dir))
-  out = {}
-  for split in ("train", "test"):
-    texts, labels = [], []
-    for example in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
-      texts.append(bytes(example["text"]))
-      labels.append(int(example["label"]))
-    out[split] = (texts, np.array(labels, dtype=np.int32))
-  return out
+  splits = tfds_reader.read_splits(TFDS_NAME, data_dir, "text", "aclImdb/ or aclImdb_v1.tar.gz")
+  return {split: ([bytes(t) for t in texts], np.array(labels, dtype=np.int32))
+          for split, (texts, labels) in splits.items()}
 
 
 def _encode_all(texts: list[bytes]) -> tuple[np.ndarray, int]:
