@@ -43,7 +43,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     # checks the pipeline end to end; the demo trains a small model for a few minutes.
     smoke = preset == "smoke"
     common.small_generated(c, smoke_size=smoke, generator=dict(
-        difficulty="hard", num_images=200 if smoke else 4000, seed=1234))
+        resolution=32, difficulty="hard", num_images=200 if smoke else 4000, seed=1234))
     if not smoke:
       c.model.num_layers = 2
       common.set_latents(c, 32)

@@ -41,5 +41,6 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.model.num_heads = 1
     c.train.batch_size = c.eval.batch_size = 1
     c.data.generator.num_images = 40
+    c.data.generator.resolution = 128
   c.lock()
   return c

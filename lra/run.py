@@ -38,8 +38,9 @@ def load_data(config: ml_collections.ConfigDict, data_dir: Path,
           "generating the data again")
   raw_dir = cache_dir.with_name(cache_dir.name + "_raw")
   log(f"{config.task}: generating {config.preset} data in {raw_dir} (seeded, no download)")
-  task.generate_small(raw_dir, **config.data.generator.to_dict())
-  task.prepare_cache(raw_dir, cache_dir)
+  # The generator says where in raw_dir its output lies (a Pathfinder difficulty's folder, say).
+  options = task.generate_small(raw_dir, **config.data.generator.to_dict()) or {}
+  task.prepare_cache(raw_dir, cache_dir, **options)
   return PreparedData(cache_dir, hint=task.data_hint)
 
 

@@ -233,3 +233,27 @@ def test_cli_smoke_run_pathfinder(tmp_path, capsys):
 def test_cli_smoke_run_pathx(tmp_path, capsys):
   """Softmax attention over 16,384 tokens: ~6 GB and minutes on a CPU, hence slow."""
   _smoke(tmp_path, "pathx", 128, capsys)
+
+
+@pytest.mark.parametrize("overrides, folder, side", [
+    (["--config.data.generator.difficulty=easy"], "curv_baseline", 32),
+    (["--config.data.generator.difficulty=intermediate"], "curv_contour_length_9", 32),
+    (["--config.data.generator.difficulty=hard"], "curv_contour_length_14", 32),
+    (["--config.data.generator.resolution=64", "--config.data.generator.difficulty=easy"],
+     "curv_baseline", 64),
+])
+def test_generator_settings_reach_the_preparation(tmp_path, overrides, folder, side):
+  """A run that makes its own data prepares what its generator wrote: the difficulty's folder
+  and the resolution's length (a reader left at its defaults looked for the 32x32 hard set)."""
+  from lra.cli import main
+  data, run_dir = tmp_path / "data", tmp_path / "run"
+  assert main(["run", "pathfinder", "latte", "--preset", "smoke", "--data-dir", str(data),
+               "--run-dir", str(run_dir), "--quiet", "--config.train.num_steps=1",
+               "--config.data.generator.num_images=40", *overrides]) == 0
+  final = json.loads((run_dir / "final.json").read_text())
+  assert final["status"] == "complete" and final["seq_len"] == side * side
+  assert final["data"]["options"]["difficulty"] == {
+      "curv_baseline": "easy", "curv_contour_length_9": "intermediate",
+      "curv_contour_length_14": "hard"}[folder]
+  assert folder in final["data"]["source"]["path"] and f"pathfinder{side}" in (
+      final["data"]["source"]["path"])

@@ -48,15 +48,16 @@ class Task:
       cache through lra.tasks.contract.build (kept when current, else replaced whole) and returns
       its meta.
     decode: `decode(tokens[T]) -> str`, the symbols a model sees, for `lra data inspect`.
-    generate_small: `generate_small(raw_dir: Path, **config.data.generator)` writes a small raw
-      source (seed included in the params) for the smoke/demo presets, where the suite can.
+    generate_small: `generate_small(raw_dir: Path, **config.data.generator)` writes a raw source
+      (seed included in the params) for the presets that make their own data, where the suite
+      can; it returns the `prepare` options that find what it wrote (or None: the defaults).
   """
   name: str
   description: str
   data_hint: str
   prepare: Callable[..., dict]
   decode: Callable[[np.ndarray], str]
-  generate_small: Callable[..., None] | None = None
+  generate_small: Callable[..., dict | None] | None = None
 
   def prepare_cache(self, source: Path, out_dir: Path, **options) -> dict:
     return self.prepare(Path(source), Path(out_dir), **options)

@@ -218,11 +218,12 @@ def _write(out: CacheWriter, *, task: str, root: Path, paths: list[str], labels:
           "num_listed": len(paths), "num_skipped": skipped, "skipped_examples": shown}
 
 
-def prepare(source: Path, out_dir: Path, *, difficulty: str = "hard", split_seed: int = 0,
-            workers: int | None = None) -> dict:
-  """Pathfinder 32x32; see `prepare_resolution` for the arguments."""
-  return prepare_resolution(32, "pathfinder", source, out_dir, difficulty=difficulty,
-                            split_seed=split_seed, workers=workers)
+def prepare(source: Path, out_dir: Path, *, resolution: int = 32, difficulty: str = "hard",
+            split_seed: int = 0, workers: int | None = None) -> dict:
+  """Pathfinder (32x32 in LRA; `resolution` reads the release's other sizes, 64 to 256); see
+  `prepare_resolution` for the other arguments."""
+  return prepare_resolution(int(resolution), "pathfinder", source, out_dir,
+                            difficulty=difficulty, split_seed=split_seed, workers=workers)
 
 
 TASK = Task(

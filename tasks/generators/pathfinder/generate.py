@@ -179,7 +179,16 @@ def generate(out_dir: Path, resolution: int = 32, difficulty: str = "hard",
 
 
 def generate_small(raw_dir: Path, *, resolution: int = 32, difficulty: str = "hard",
-                   num_images: int = 2000, seed: int = 0) -> None:
-  """A small set for the smoke/demo presets (`Task.generate_small`), quietly."""
+                   num_images: int = 2000, seed: int = 0) -> dict:
+  """A set for the presets that make their own data (`Task.generate_small`).
+
+  Returns the options the reader needs to find what was written (its resolution and
+  difficulty), so a generator setting never disagrees with the folder the preparation reads.
+  Sets of more than a few batches are made on every core (the images do not depend on it) and
+  report their progress: LRA's 200,000 images take minutes.
+  """
+  batches = -(-num_images // IMAGES_PER_BATCH)
   generate(raw_dir, resolution=resolution, difficulty=difficulty, num_images=num_images,
-           seed=seed, progress=False)
+           seed=seed, workers=max(1, min(os.cpu_count() or 1, batches)) if batches > 4 else 1,
+           progress=batches > 4)
+  return {"resolution": resolution, "difficulty": difficulty}
