@@ -190,6 +190,10 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.eval = ml_collections.ConfigDict()
   c.eval.every_steps = 500
   c.eval.batch_size = 64
+  # Evaluations during training read the first N examples of val and test (0: all of them). The
+  # splits are seeded random draws, so their first N are a random subset, the same at every
+  # evaluation; `lra eval` always reads a whole split.
+  c.eval.max_examples = 0
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every_steps = 1000

@@ -309,11 +309,15 @@ def num_params(state: TrainState) -> int:
 
 
 def evaluate(s: Setup, state: TrainState, data: PreparedData, split: str,
-             batch_size: int) -> dict[str, float]:
-  """Weighted accuracy and loss over a split, every example counted once."""
+             batch_size: int, max_examples: int = 0) -> dict[str, float]:
+  """Weighted accuracy and loss over a split (its first `max_examples` when > 0), every example
+  counted once."""
   totals = {"loss_sum": 0.0, "correct_sum": 0.0, "count": 0.0}
   rows = s.put.rows(batch_size)
-  for batch in eval_batches(data.split(split), data.spec, batch_size, rows, s.batching):
+  arrays = data.split(split)
+  if max_examples:
+    arrays = {key: array[:max_examples] for key, array in arrays.items()}
+  for batch in eval_batches(arrays, data.spec, batch_size, rows, s.batching):
     sums = jax.device_get(s.eval_step(state, s.put(batch, batch_size)))
     for key in totals:
       totals[key] += float(sums[key])
@@ -548,8 +552,8 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
         jax.block_until_ready(state)  # a failed train step is reported as the train step's
         fit.running = "eval"
         with throughput.paused():  # eval time is not training throughput
-          metrics = {**evaluate(s, state, data, "val", config.eval.batch_size),
-                     **evaluate(s, state, data, "test", config.eval.batch_size)}
+          metrics = {key: value for split in ("val", "test") for key, value in evaluate(
+              s, state, data, split, config.eval.batch_size, config.eval.max_examples).items()}
           fit.running = "train"
           if book.record_eval(step, metrics):
             ckpt.save(step, state, dataclasses.asdict(book), best=True)

@@ -84,6 +84,21 @@ def test_eval_batches_count_every_example_once(smoke_run):
   assert (batches[0]["mask"] == (batches[0]["inputs"] != 0)).all()
 
 
+def test_evaluations_can_read_the_first_examples_of_each_split(smoke_run):
+  """eval.max_examples: the first N of val and test (the same N at every evaluation), scored
+  exactly as the whole split's first N would be."""
+  root, _ = smoke_run
+  result = run.run("listops", "softmax", preset="smoke", data_dir=root / "data",
+                   run_dir=root / "subset", progress=False,
+                   overrides=["train.num_steps=2", "eval.max_examples=5"])
+  rows = [r for r in read_metrics(root / "subset" / "metrics.jsonl") if "val/accuracy" in r]
+  assert rows and all(r["val/num_examples"] == r["test/num_examples"] == 5 for r in rows)
+  data = PreparedData(_smoke_cache(root / "data"))
+  assert data.num_examples("test") > 5
+  # Accuracy over 5 examples is a multiple of 1/5.
+  assert result["test_accuracy"] * 5 == pytest.approx(round(result["test_accuracy"] * 5))
+
+
 def test_overrides_are_typed_and_unknown_keys_fail():
   config = load_config("listops", "smoke")
   apply_overrides(config, ["train.num_steps=7", "train.learning_rate=0.5", "model.pooling=cls"])
