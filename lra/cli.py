@@ -9,7 +9,10 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
+from lra import run_summary  # light: no JAX
+
 DEMO = ("listops", "latte", "demo")
+DEMO_PRESETS = ("demo", "smoke")  # what the bare `lra` takes; its help says so
 # A user's runs and tables go here by default (git-ignored), apart from the repository's committed
 # results/runs/ and results/tables/, which `--results-dir results` (runs) and `lra table
 # --committed` (tables, README block) write on purpose.
@@ -25,17 +28,30 @@ DEMO_HELP = ("With no command, `lra` runs the demo: bidirectional Latte (4 layer
              "below apply to the demo; each command has its own --help.")
 
 
+class _NamedPreset(argparse.Action):
+  """The top level's --preset, remembering that it was named: its default (paper, for `lra run`
+  after it) is not the bare demo's, and `lra --preset paper` must not silently run the demo."""
+
+  def __call__(self, parser, namespace, values, option_string=None):
+    setattr(namespace, self.dest, values)
+    namespace.preset_named = True
+
+
 def _add_run_args(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
   from lra.configs.common import CPU_PRESETS, PRESETS, PUBLISHED_PRESETS  # light: ml_collections
   if demo:  # the top level: the bare demo's own defaults, as `lra --help` shows them
-    preset_help = "demo (the default here) or smoke (seconds); `lra list` shows every preset"
+    preset_help = ("demo (the default here) or smoke (seconds); other presets: "
+                   "`lra run TASK MIXER --preset P` (`lra list`)")
     run_dir_help = "default results/local/runs/listops/latte/demo_seed0"
   else:
     preset_help = (f"{', '.join(PRESETS + CPU_PRESETS + PUBLISHED_PRESETS)} (default paper: the Latte paper's "
                    "settings, accelerator-sized; laptop: ListOps on a CPU; `lra list`)")
     run_dir_help = ("default RESULTS_DIR/runs/TASK/MIXER/PRESET[+CHANGES]_seedN "
                     "(`--dry-run` prints it)")
-  p.add_argument("--preset", default="paper", help=preset_help)
+  p.add_argument("--preset", default="paper", help=preset_help,
+                 **({"action": _NamedPreset} if demo else {}))
+  p.add_argument("--seed", type=int, help="the run's seed (train.seed, default 0); the run "
+                 "folder's name ends in _seedN")
   p.add_argument("--data-dir", type=Path, help="prepared data root (default $LRA_DATA_DIR or "
                  "~/.cache/lra)")
   p.add_argument("--run-dir", type=Path, help=run_dir_help)
@@ -50,14 +66,20 @@ def _add_run_args(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
                  "host; also LRA_DISTRIBUTED=1)")
 
 
+OVERRIDES_HELP = ("Settings: --config.KEY=VALUE (or --config.KEY VALUE), any number, e.g. "
+                  "--config.train.num_steps=100 --config.mixers.latte.num_latents=64; "
+                  "`--dry-run` lists every KEY with its value and where it comes from.")
+
+
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="lra", description="Long Range Arena suite. " + DEMO_HELP,
-      epilog="Config overrides: --config.KEY=VALUE, e.g. --config.train.num_steps=100")
+      epilog=OVERRIDES_HELP)
   _add_run_args(parser, demo=True)
   sub = parser.add_subparsers(dest="command")
 
-  run = sub.add_parser("run", help="train and evaluate one task with one mixer")
+  run = sub.add_parser("run", help="train and evaluate one task with one mixer",
+                       epilog=OVERRIDES_HELP)
   run.add_argument("task")
   run.add_argument("mixer", help=MIXER_HELP)
   _add_run_args(run)
@@ -91,8 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
 
   table = sub.add_parser(
       "table", help="accuracy tables from the runs of a results folder",
-      description="Writes RESULTS_DIR/tables/*.csv|md from RESULTS_DIR/runs/*, the published "
-      "numbers beside; touches no README unless asked (--readme, --committed).")
+      description="Writes RESULTS_DIR/tables/*.csv|md from RESULTS_DIR/runs/*, with the "
+      "repository's committed runs (rows marked committed, never averaged with yours) and the "
+      "published numbers beside; touches no README unless asked (--readme, --committed).")
   table.add_argument("--results-dir", type=Path, help="the folder to read (default "
                      "results/local, your runs; with --committed or --check: results)")
   table.add_argument("--readme", type=Path, help="also rewrite the generated block between the "
@@ -102,22 +125,60 @@ def build_parser() -> argparse.ArgumentParser:
   table.add_argument("--check", action="store_true", help="write nothing; exit 1 if the tables "
                      "(and README block) differ from what the runs give (default: the committed "
                      "ones, as CI checks them)")
+  table.add_argument("--mine-only", action="store_true", help="leave out the repository's "
+                     "committed rows that your tables show beside yours")
 
-  sweep = sub.add_parser("sweep", help="every (task, mixer, seed) run: print, run or emit a "
-                         "Slurm array; complete runs are skipped, partial ones resume")
-  sweep.add_argument("--tasks", nargs="+", required=True)
-  sweep.add_argument("--mixers", nargs="+", required=True)
-  sweep.add_argument("--seeds", nargs="+", type=int, default=[0])
-  sweep.add_argument("--preset", default="paper")
-  sweep.add_argument("--data-dir", type=Path)
+  status = sub.add_parser(
+      "status", help="which task x mixer x preset runs are complete (score), in progress (step "
+      "of steps) or not run: yours and the repository's committed ones")
+  status.add_argument("--results-dir", type=Path, help="your runs' folder (default "
+                      "results/local)")
+  status.add_argument("--presets", nargs="+", metavar="PRESET", help="the grids to show "
+                      "(default: paper, and every preset with a run)")
+  status.add_argument("--mine-only", action="store_true", help="leave out the repository's "
+                      "committed runs")
+  status.add_argument("--ledger", type=Path, help="CSV of paper rows' accelerator costs "
+                      "(columns task, mixer, cost; default: the repository's results/ledger.csv "
+                      "when there is one)")
+
+  sweep = sub.add_parser(
+      "sweep", help="every (task, mixer, seed) run: print, run or emit a Slurm array; complete "
+      "runs are skipped, partial ones resume",
+      description="Plans `lra run TASK MIXER --preset P --config.train.seed=S` for every task, "
+      "mixer and seed, names the runs whose data is not prepared, then prints the pending "
+      "commands (default), runs them one by one (--run), or writes a Slurm array job "
+      "(--emit slurm). Any --config.KEY=VALUE applies to every run.",
+      epilog="On a cluster: lra sweep --tasks listops --mixers latte softmax --seeds 0 1 2 "
+      "--data-dir /shared/lra --emit slurm --time 08:00:00 --sbatch=--gres=gpu:1, then "
+      "sbatch lra_sweep.sbatch from the same folder.")
+  sweep.add_argument("--tasks", nargs="+", required=True, metavar="TASK",
+                     help="tasks to run (lra list)")
+  sweep.add_argument("--mixers", nargs="+", required=True, metavar="MIXER", help=MIXER_HELP)
+  sweep.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED",
+                     help="one run per seed, each in its own _seedN folder (default 0)")
+  sweep.add_argument("--preset", default="paper", help="the preset of every run (default paper)")
+  sweep.add_argument("--data-dir", type=Path, help="prepared data root the runs read (default "
+                     "$LRA_DATA_DIR or ~/.cache/lra); on a cluster, a folder every node sees")
   sweep.add_argument("--results-dir", type=Path,
                      help="where run folders go (default results/local, git-ignored)")
-  sweep.add_argument("--run", action="store_true", help="run the pending commands one by one")
-  sweep.add_argument("--emit", choices=("commands", "slurm"), default="commands")
+  sweep.add_argument("--run", action="store_true", help="run the pending commands one by one, "
+                     "here")
+  sweep.add_argument("--emit", choices=("commands", "slurm"), default="commands",
+                     help="commands: print the pending `lra run` commands (default); slurm: "
+                     "write an sbatch array script with one run per array task (--out)")
   sweep.add_argument("--out", type=Path, default=Path("lra_sweep.sbatch"),
-                     help="where --emit slurm writes the array job script")
+                     help="where --emit slurm writes the array job script (default "
+                     "lra_sweep.sbatch)")
   sweep.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
                      help="extra #SBATCH line, e.g. --sbatch=--gres=gpu:1 (repeatable)")
+  from lra.slurm import DEFAULT_TIME, STOP_BEFORE_LIMIT_S, current_env_activate
+  sweep.add_argument("--time", default=DEFAULT_TIME, metavar="[D-]HH:MM:SS",
+                     help=f"Slurm time limit of each array task (default {DEFAULT_TIME}); a run "
+                     f"still going saves a checkpoint {STOP_BEFORE_LIMIT_S} s before it and stops, "
+                     "and submitting the script again resumes it")
+  sweep.add_argument("--env-activate", type=Path, default=current_env_activate(), metavar="PATH",
+                     help="script the array task sources first, e.g. .venv/bin/activate (default: "
+                     "the virtual environment running this command, if any; `none`: no line)")
 
   bench = sub.add_parser("bench", help="train-step time and memory per mixer and length",
                          epilog="Defaults: the Latte paper's Text model (6 layers, D=256, 4 heads, "
@@ -234,15 +295,17 @@ def _let_global_flags_through(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  argv = list(sys.argv[1:] if argv is None else argv)
-  overrides = [a[len("--config."):] for a in argv if a.startswith("--config.")]
-  argv = [a for a in argv if not a.startswith("--config.")]
+  argv, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
   args = build_parser().parse_args(argv)
   # Orbax logs a failed background save through absl, with its threads' tracebacks; the run
   # reports the failure itself, once, with the fix (checkpoints.CheckpointWriteError).
   logging.getLogger("absl").setLevel(logging.CRITICAL)
   try:
-    return _dispatch(args, overrides)
+    code = _dispatch(args, overrides)
+    sys.stdout.flush()  # here, so a reader that stopped early (`| head`) is met below
+    return code
+  except BrokenPipeError:
+    return _reader_gone()
   except Exception as e:  # pylint: disable=broad-except
     _exit_if_a_peer_was_lost(e)
     train = sys.modules.get("lra.train")  # RunFailed: logged to the run folder, one line here
@@ -254,6 +317,40 @@ def main(argv: Sequence[str] | None = None) -> int:
   except KeyboardInterrupt:
     print("\nlra: interrupted", file=sys.stderr)
     return 130
+
+
+def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+  """(the other arguments, the `KEY=VALUE` of each --config.KEY=VALUE or --config.KEY VALUE).
+
+  The space form takes the next argument as the value unless it is another option (`--...`);
+  a negative number (`-1`) is a value.
+  """
+  rest, overrides = [], []
+  items = iter(range(len(argv)))
+  for i in items:
+    arg = argv[i]
+    if not arg.startswith("--config."):
+      rest.append(arg)
+      continue
+    item = arg[len("--config."):]
+    if "=" not in item and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+      item += "=" + argv[i + 1]
+      next(items)
+    overrides.append(item)
+  return rest, overrides
+
+
+def _reader_gone() -> int:
+  """stdout's reader closed it (`lra ... | head -3`): stop quietly, as `yes | head` does.
+
+  What is left in stdout's buffer is dropped: pointing stdout at /dev/null lets the interpreter's
+  final flush succeed instead of printing a second BrokenPipeError.
+  """
+  try:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+  except (OSError, ValueError, AttributeError):  # a replaced stdout (tests) has no file to repoint
+    pass
+  return 128 + 13  # a shell's status for a writer stopped by SIGPIPE (13)
 
 
 def _exit_if_a_peer_was_lost(error: Exception) -> None:
@@ -281,6 +378,11 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
     args.results_dir = LOCAL_RESULTS
   if args.command == "check":
     return check_command(args, overrides)
+  if args.command == "status":
+    from lra import status
+    committed = None if args.mine_only else _committed_beside(args.results_dir)
+    return status.main(args.results_dir, committed, args.presets,
+                       args.ledger or status.default_ledger())
   if args.command == "sweep":
     from lra import sweep
     return sweep.main(args, overrides)
@@ -300,6 +402,10 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.predictions:
       print(f"predicted classes: {args.predictions}")
     return 0
+  if args.command in (None, "run"):
+    overrides = _seeded(args, overrides)
+    _warn_unused_overrides(*(_demo(args) if args.command is None else
+                             (args.task, args.mixer, args.preset)), overrides)
   if args.command in (None, "run") and args.dry_run:
     from lra import dry_run
     task, mixer, preset = (args.task, args.mixer, args.preset) if args.command else _demo(args)
@@ -342,10 +448,16 @@ def table_command(args: argparse.Namespace) -> int:
   readme = args.readme
   if readme is None and committed and (results_dir.parent / "README.md").exists():
     readme = results_dir.parent / "README.md"
+  # The committed tables are the committed runs' alone; a user's show those runs beside theirs.
+  beside = None if committed or args.mine_only else _committed_beside(results_dir)
+  what = (f"{results_dir / 'tables'}/" + (f" and {readme}'s block" if readme else "")
+          + f" from {results.count_runs(results_dir)} complete run(s) in {results_dir / 'runs'}/"
+          + (f", beside {results.count_runs(beside)} committed run(s) in {beside / 'runs'}/"
+             if beside else ""))
   if args.check:
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", results.RunFileWarning)  # reported below, as failures
-      stale = tables.check(results_dir, readme)
+      stale = tables.check(results_dir, readme, beside)
     unreadable = results.unreadable_run_files(results_dir)
     for problem in unreadable:
       print(f"lra table --check: {problem}", file=sys.stderr)
@@ -354,10 +466,12 @@ def table_command(args: argparse.Namespace) -> int:
     if stale:
       fix = "lra table --committed" if committed else f"lra table --results-dir {results_dir}"
       print(f"Run `{fix}` and commit the result.", file=sys.stderr)
+    if not stale and not unreadable:
+      print(f"lra table --check: up to date: {what}")
     return 1 if stale or unreadable else 0
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always", results.RunFileWarning)
-    written = tables.write(results_dir, readme)
+    written = tables.write(results_dir, readme, beside)
   for warning in caught:  # a skipped run file: one plain line, not Python's warning format
     if issubclass(warning.category, results.RunFileWarning):
       print(f"lra table: warning: {warning.message}", file=sys.stderr)
@@ -365,11 +479,25 @@ def table_command(args: argparse.Namespace) -> int:
       warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
   for path in written:
     print(f"wrote {path}")
+  print(f"lra table{' --committed' if args.committed else ''}: "
+        f"{f'{len(written)} file(s) changed' if written else 'nothing changed'}: {what}")
   if not (results_dir / "runs").is_dir():
-    print(f"lra table: no runs in {results_dir / 'runs'} yet: the tables hold the published rows "
-          "only (`lra run TASK MIXER` writes there; --committed reads the repository's runs)",
-          file=sys.stderr)
+    writes = "lra run TASK MIXER" + ("" if args.results_dir is None else
+                                     f" --results-dir {results_dir}")
+    holds = "the committed and published rows" if beside else "the published rows only"
+    print(f"lra table: no runs in {results_dir / 'runs'} yet: the tables hold {holds} "
+          f"(`{writes}` writes runs there)", file=sys.stderr)
   return 0
+
+
+def _committed_beside(results_dir: Path) -> Path | None:
+  """The repository's committed results, shown beside the runs of another folder (None when
+  `results_dir` is that folder, or this is not a checkout)."""
+  from lra import results
+  committed = results.committed_results_dir()
+  if committed is None or Path(results_dir).resolve() == committed.resolve():
+    return None
+  return committed
 
 
 def check_command(args: argparse.Namespace, overrides: list[str]) -> int:
@@ -411,26 +539,52 @@ def exit_code(result: dict) -> int:
 
 
 def print_result(result: dict) -> None:
-  def pct(x):
-    return "n/a" if x is None else f"{100 * x:.2f}%"
-  print(f"{result['task']} x {result['mixer']} ({result['preset']}): {result['status']} at step "
-        f"{result['step']}\n"
-        f"  test accuracy {pct(result['test_accuracy'])} at the best val step "
-        f"{result['best_step']} (val {pct(result['val_accuracy'])}); best test "
-        f"{pct(result.get('best_test_accuracy'))} (step {result.get('best_test_step')}); last step "
-        f"{pct(result['test_accuracy_last'])}\n"
-        f"  majority class {pct(result['majority_accuracy'])}, chance "
-        f"{pct(result['chance_accuracy'])}\n"
-        f"  {result['num_params']:,} parameters, {result['steps_per_s']:.1f} steps/s, "
-        f"{result['wall_time_s']:.0f}s on {result['device']}")
-  if result["status"] == "interrupted":
-    print("  saved: the same command resumes it from this step")
+  print("\n".join(run_summary.result_lines(result)))
 
 
 def _demo(args: argparse.Namespace) -> tuple[str, str, str]:
-  """The bare demo's task, mixer and preset (`--preset smoke` still picks the smoke preset)."""
+  """The bare demo's task, mixer and preset: demo, or smoke when named; any other preset is
+  refused with the `lra run` command that takes it (the bare command runs only the demo)."""
   task, mixer, preset = DEMO
-  return task, mixer, args.preset if args.preset != "paper" else preset
+  if not getattr(args, "preset_named", False):
+    return DEMO
+  if args.preset in DEMO_PRESETS:
+    return task, mixer, args.preset
+  from lra.configs.common import (CPU_PRESETS, OWN_ARCHITECTURE_PRESETS, PRESETS,
+                                  PUBLISHED_PRESETS)
+  if args.preset not in PRESETS + CPU_PRESETS + PUBLISHED_PRESETS:
+    fix = "`lra list` shows every preset and the tasks it takes"
+  else:
+    example = "s5" if args.preset in OWN_ARCHITECTURE_PRESETS else mixer
+    fix = f"name the task and mixer: `lra run {task} {example} --preset {args.preset}`"
+  raise ValueError(f"the bare `lra` runs the demo and takes --preset {' or '.join(DEMO_PRESETS)}"
+                   f", not '{args.preset}'; {fix}.")
+
+
+def _warn_unused_overrides(task: str, mixer: str, preset: str, overrides: list[str]) -> None:
+  """One line per --config.mixers.OTHER.KEY: accepted (the key exists) but read by no part of
+  this run, which is almost always a slip."""
+  from lra.config_loading import resolve_config, unused_overrides
+  if not any(o.startswith("mixers.") for o in overrides):
+    return
+  used = resolve_config(task, mixer, preset, overrides).model.mixer
+  for item in unused_overrides([used], overrides):
+    other = item.split(".")[1]
+    print(f"lra: warning: --config.{item} sets a {other} setting, but this run's mixer is "
+          f"{used}: it changes nothing (this run's own: --config.mixers.{used}.KEY=VALUE)",
+          file=sys.stderr)
+
+
+def _seeded(args: argparse.Namespace, overrides: list[str]) -> list[str]:
+  """The overrides with --seed N as train.seed=N (a --config.train.seed that disagrees is
+  refused: which one was meant?)."""
+  if getattr(args, "seed", None) is None:
+    return overrides
+  for item in overrides:
+    key, _, value = item.partition("=")
+    if key.strip() == "train.seed" and value.strip() != str(args.seed):
+      raise ValueError(f"--seed {args.seed} and --config.{item} disagree; pass one of them.")
+  return [*overrides, f"train.seed={args.seed}"]
 
 
 def run_demo(args: argparse.Namespace, overrides: list[str]) -> int:

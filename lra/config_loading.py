@@ -6,6 +6,7 @@ import ast
 import hashlib
 import importlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -92,6 +93,20 @@ def default_run_dir(config: ml_collections.ConfigDict, results_dir: Path) -> Pat
   return Path(results_dir) / "runs" / config.task / mixer_label(config) / name
 
 
+def default_data_dir() -> Path:
+  """Where prepared data lives unless --data-dir says: $LRA_DATA_DIR, else ~/.cache/lra."""
+  return Path(os.environ.get("LRA_DATA_DIR", "~/.cache/lra")).expanduser()
+
+
+def missing_data(config: ml_collections.ConfigDict, data_dir: Path | None) -> str | None:
+  """None when a run of `config` has its data (a prepared cache, or data it generates itself);
+  else the task's own words on how to make it, on one line."""
+  cache = data_cache_dir(config, data_dir or default_data_dir())
+  if (cache / "meta.json").exists() or config.data.generate:
+    return None
+  return TASKS[config.task].data_hint.replace("\n", " ")
+
+
 def data_cache_dir(config: ml_collections.ConfigDict, data_dir: Path) -> Path:
   """The prepared cache a config reads: `<data_dir>/<cache_name>`.
 
@@ -104,6 +119,17 @@ def data_cache_dir(config: ml_collections.ConfigDict, data_dir: Path) -> Path:
     recipe = json.dumps(config.data.generator.to_dict(), sort_keys=True).encode()
     name += "-" + hashlib.sha256(recipe).hexdigest()[:8]
   return Path(data_dir) / name
+
+
+def unused_overrides(mixers: Sequence[str], overrides: Sequence[str]) -> list[str]:
+  """The overrides of another mixer's settings (`mixers.softmax.query_chunk=64` on a Latte run):
+  valid keys, so the locked config takes them, but no run of `mixers` reads them."""
+  unused = []
+  for item in overrides:
+    parts = item.partition("=")[0].strip().split(".")
+    if len(parts) > 2 and parts[0] == "mixers" and parts[1] not in mixers:
+      unused.append(item)
+  return unused
 
 
 def _parse_value(text: str, current):
@@ -140,7 +166,8 @@ def apply_overrides(config: ml_collections.ConfigDict,
   for item in overrides:
     key, sep, text = item.partition("=")
     if not sep:
-      raise ValueError(f"--config.{item}: expected --config.KEY=VALUE")
+      raise ValueError(f"--config.{item}: no value; expected --config.{item}=VALUE (or "
+                       f"--config.{item} VALUE)")
     node, parts = config, key.split(".")
     for i, part in enumerate(parts):
       if part not in node:

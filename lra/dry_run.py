@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from lra import run_identity
-from lra.config_loading import data_cache_dir, default_run_dir, resolve_config
+from lra.config_loading import (data_cache_dir, default_data_dir, default_run_dir, missing_data,
+                                resolve_config)
 from lra.configs import common
 
 DEFAULT, PRESET, COMMAND_LINE = "default", "preset", "command line"
@@ -80,17 +81,16 @@ def describe(task: str, mixer: str, preset: str, overrides: Sequence[str] = (), 
              results_dir: Path, run_dir: Path | None = None,
              data_dir: Path | None = None) -> str:
   """The dry run's text: run folder, data cache, then `key = value  source` per line."""
-  from lra.run import default_data_dir
-  from lra.tasks import get_task
   config = resolve_config(task, mixer, preset, overrides)
   run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir)
   cache = data_cache_dir(config, data_dir or default_data_dir())
+  missing = missing_data(config, data_dir)
   if (cache / "meta.json").exists():
     data = "prepared"
-  elif config.data.generate:
+  elif missing is None:
     data = "missing: the run generates it first (seeded, no download)"
   else:
-    data = "missing. " + get_task(task).data_hint.replace("\n", " ")
+    data = "missing. " + missing
   rows = sources(task, mixer, preset, overrides)
   width = max(len(f"{k} = {v!r}") for k, v, _ in rows)
   lines = [f"{task} x {config.model.mixer} (preset {preset}): dry run, nothing is trained or "

@@ -46,6 +46,13 @@ def find_results_dir(start: Path | str | None = None) -> Path:
                           "`lra run TASK MIXER` first, or pass the results folder explicitly.")
 
 
+def committed_results_dir() -> Path | None:
+  """The repository's committed results/ (holding runs/) when this suite runs from a checkout
+  (`pip install -e .`), wherever the working directory is; None for an installed copy."""
+  folder = Path(__file__).resolve().parents[1] / "results"
+  return folder if (folder / "runs").is_dir() else None
+
+
 class RunFileWarning(UserWarning):
   """A run file that cannot be read; what uses it skips it."""
 
@@ -103,6 +110,12 @@ def unreadable_run_files(results_dir: Path | str = "results") -> list[str]:
     elif path.name == "metrics.jsonl":
       problems.append(_metrics_problem(path)[1])
   return [p for p in problems if p]
+
+
+def count_runs(results_dir: Path | str, status: str = "complete") -> int:
+  """How many runs under results_dir/runs/ have this status (unreadable final.json: not counted)."""
+  finals = (_json_problem(path)[0] for path in Path(results_dir).glob("runs/*/*/*/final.json"))
+  return sum(final is not None and final.get("status") == status for final in finals)
 
 
 def load_runs(results_dir: Path | str = "results", *, status: str | None = None) -> pd.DataFrame:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -11,14 +10,11 @@ from typing import Any, Sequence
 import ml_collections
 
 from lra import run_identity, run_lock, train
-from lra.config_loading import data_cache_dir, default_run_dir, reference_config, resolve_config
+from lra.config_loading import (data_cache_dir, default_data_dir,  # noqa: F401 (lra.run's API)
+                                default_run_dir, reference_config, resolve_config)
 from lra.memory import OutOfMemoryError
 from lra.tasks import get_task
 from lra.tasks.contract.cache import CacheDamagedError, DataMissingError, PreparedData
-
-
-def default_data_dir() -> Path:
-  return Path(os.environ.get("LRA_DATA_DIR", "~/.cache/lra")).expanduser()
 
 
 def load_data(config: ml_collections.ConfigDict, data_dir: Path,

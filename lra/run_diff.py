@@ -33,14 +33,18 @@ def _read(run_dir: Path, name: str) -> dict[str, Any]:
 
 
 def diff_runs(run_a: Path, run_b: Path) -> list[tuple[str, str, Any, Any]]:
-  """Rows (section, key, value in A, value in B) where the two runs differ, by section."""
+  """Rows (section, key, value in A, value in B) where the two runs differ, by section; of the
+  mixer settings, only those of the mixers the two runs use."""
   for run_dir in (run_a, run_b):
     if not (Path(run_dir) / "config.json").exists():
       raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json).")
   rows = []
   missing = "(absent)"
   configs = [flatten(_read(r, "config.json")) for r in (run_a, run_b)]
-  for key in sorted(configs[0].keys() | configs[1].keys()):
+  # Other mixers' settings ride along in every config.json but play no part in either run.
+  used = {f"mixers.{c.get('model.mixer')}." for c in configs}
+  for key in sorted(k for k in configs[0].keys() | configs[1].keys()
+                    if not k.startswith("mixers.") or k.startswith(tuple(used))):
     a, b = (c.get(key, missing) for c in configs)
     if a != b:
       rows.append(("config", key, a, b))

@@ -95,7 +95,7 @@ class RunDirLock:
     self.me = Holder.this_process()
     self._stop = threading.Event()
     self._refresher: threading.Thread | None = None
-    self._made_dir = False
+    self._made: list[Path] = []  # the folders taking the lock created, the run dir first
 
   def __enter__(self) -> "RunDirLock":
     if self.take:
@@ -116,16 +116,18 @@ class RunDirLock:
         self.path.unlink()
       except FileNotFoundError:
         pass
-      if self._made_dir:  # a run that stopped before writing anything leaves no empty folder
+      # A run that stopped before writing anything leaves none of the folders it made (the run
+      # dir, and parents such as results/local/runs/text/latte), only emptied ones.
+      for folder in self._made:
         try:
-          self.run_dir.rmdir()
+          folder.rmdir()
         except OSError:
-          pass  # not empty: the run wrote files
+          break  # not empty: the run (or another) wrote files there
     self.take = False
 
   def _acquire(self) -> None:
     try:
-      self._made_dir = not self.run_dir.exists()
+      self._made = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
       self.run_dir.mkdir(parents=True, exist_ok=True)
       taken = self._create()
     except OSError as e:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lra.tables import (AVG_TASKS, CHANCE_MARGIN, CPU_PRESETS, LRA_TASKS, PROTOCOL_PRESETS,
-                        STATISTICS, TASK_TITLES, group)
+from lra.tables import (AVG_TASKS, CHANCE_MARGIN, COMMITTED, CPU_PRESETS, LRA_TASKS, PUBLISHED,
+                        PROTOCOL_PRESETS, RUN_SOURCES, STATISTICS, TASK_TITLES, group)
 
 CHANCE_MARK = "‡"
 STATISTIC_LABELS = {"best_test": "best test", "last": "last step",
@@ -23,6 +23,16 @@ LEGEND = (
     f"{CHANCE_MARK} = within {CHANCE_MARGIN:g} point of chance or of the majority class (FAIL in "
     "the LRA paper means the same). Avg = mean over the five tasks without Path-X, only when all "
     "five have a number.")
+
+
+COMMITTED_NOTE = ("Rows marked (committed) are the repository's committed runs, shown beside "
+                  "yours for comparison: each is averaged over its own seeds only, never with "
+                  "yours.")
+
+
+def _mixer(row: dict[str, Any]) -> str:
+  """The mixer cell: its name, marked when the row is the repository's committed runs."""
+  return row["mixer"] + (" (committed)" if row["source"] == COMMITTED else "")
 
 
 def _missing(value: Any) -> bool:
@@ -86,7 +96,7 @@ def _protocol_tables(rows: list[dict[str, Any]], h: str) -> list[str]:
       return row["avg_delta"] if same else None
     parts.append(f"{h}# {STATISTICS[name][1][0].upper() + STATISTICS[name][1][1:]}")
     parts.append(_md_table(["mixer", "preset", *titles, "device"], [
-        [r["mixer"], r["preset"],
+        [_mixer(r), r["preset"],
          *[_cell(r[f"{t}{suffix}"], r[f"{t}{suffix}_std"], r[f"{t}_n"], delta(r, t),
                  r[f"{t}_at_chance"] if suffix == "" else False) for t in LRA_TASKS],
          _cell(r[f"avg{suffix}"], delta=avg_delta(r)), r["device"]] for r in rows]))
@@ -103,10 +113,11 @@ def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
   """
   h = "#" * level
   titles = [TASK_TITLES[t] for t in (*LRA_TASKS, "avg")]
-  ours = [r for r in rows if r["source"] == "ours"]
+  ours = [r for r in rows if r["source"] in RUN_SOURCES]
   by_group = {g: [r for r in ours if group(r["preset"]) == g] for g in ("protocol", "cpu",
                                                                        "small")}
-  parts = [LEGEND, f"{h} Ours: LRA protocol (presets {', '.join(f'`{p}`' for p in PROTOCOL_PRESETS)})"]
+  parts = [LEGEND + (f" {COMMITTED_NOTE}" if any(r["source"] == COMMITTED for r in ours) else ""),
+           f"{h} Ours: LRA protocol (presets {', '.join(f'`{p}`' for p in PROTOCOL_PRESETS)})"]
   if by_group["protocol"]:
     parts += _protocol_tables(by_group["protocol"], h)
   else:
@@ -132,14 +143,14 @@ def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
                "tiny models on small generated data (demo ListOps is far easier than LRA's), so "
                "no Δ is shown. Each cell: best test · test at best val.")
   parts.append(_md_table(["mixer", "preset", *titles[:-1], "device"], [
-      [r["mixer"], r["preset"],
+      [_mixer(r), r["preset"],
        *[_pair(r, t) for t in LRA_TASKS], r["device"]] for r in by_group["small"]])
       if by_group["small"] else "No complete run with a small preset yet.")
   parts.append(f"{h} Published")
   parts.append(_md_table(["model", "mixer", "statistic", *titles, "source"], [
       [r["model"], r["mixer"] or "", STATISTIC_LABELS[r["published_statistic"]],
        *[_cell(r[t], at_chance=r[f"{t}_at_chance"]) for t in LRA_TASKS], _cell(r["avg"]),
-       r["reference"]] for r in rows if r["source"] == "published"]))
+       r["reference"]] for r in rows if r["source"] == PUBLISHED]))
   return "\n\n".join(parts) + "\n"
 
 
@@ -163,7 +174,7 @@ def _cpu_table(rows: list[dict[str, Any]]) -> str:
   return _md_table(
       ["mixer", "task", "preset", "best test", "at best val", "last step", "published",
        "steps", "examples seen", "wall time", "steps/s", "device"],
-      [[r["mixer"], TASK_TITLES[r["task"]], r["preset"],
+      [[_mixer(r), TASK_TITLES[r["task"]], r["preset"],
         _cell(r["best_test_accuracy"], r["best_test_accuracy_std"], r["num_runs"]),
         _cell(r["test_accuracy"], r["test_accuracy_std"], at_chance=r["at_chance"]),
         _cell(r["test_accuracy_last"], r["test_accuracy_last_std"]), _published(r),
@@ -185,15 +196,16 @@ def task_markdown(task: str, rows: list[dict[str, Any]], made_by: str) -> str:
         r["source"], r["model"], r["preset"] or "",
         _cell(r["best_test_accuracy"], r["best_test_accuracy_std"]),
         _cell(r["test_accuracy"], r["test_accuracy_std"], r["num_runs"],
-              at_chance=r["at_chance"] and r["source"] == "ours"),
+              at_chance=r["at_chance"] and r["source"] in RUN_SOURCES),
         _cell(r["test_accuracy_last"], r["test_accuracy_last_std"]),
         _fmt(r["val_accuracy"]),
         " / ".join(x for x in (_fmt(r["chance_accuracy"]), _fmt(r["majority_accuracy"])) if x),
-        _published(r) + (f" {CHANCE_MARK}" if r["source"] == "published" and r["at_chance"]
+        _published(r) + (f" {CHANCE_MARK}" if r["source"] == PUBLISHED and r["at_chance"]
                          else ""),
         "" if r["delta"] is None else f"{r['delta']:+.2f} vs {r['published_model']}",
         _fmt(r["steps_per_s"], 1), _count(r["num_params"]),
         _fmt(r["seq_len"], 0), _fmt(r["num_steps"], 0),
         _count(r["examples_seen"]),
         _duration(r["wall_time_s"]), r["device"] or "", r["runs"] or r["reference"] or ""])
-  return f"# {title}\n\n<!-- {made_by} -->\n\n{LEGEND}\n\n{_md_table(header, body)}\n"
+  legend = LEGEND + (f" {COMMITTED_NOTE}" if any(r["source"] == COMMITTED for r in rows) else "")
+  return f"# {title}\n\n<!-- {made_by} -->\n\n{legend}\n\n{_md_table(header, body)}\n"

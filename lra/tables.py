@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from lra import results, writers
+from lra import results, run_summary, writers
 from lra.configs.common import CPU_PRESETS  # the one list; re-exported for table_markdown
 
 LRA_TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
@@ -37,6 +37,10 @@ LRA_NUM_CLASSES = {"listops": 10, "text": 2, "retrieval": 2, "image": 10, "pathf
 # the LRA task at full length with small models on a CPU (published numbers beside, no Δ: other
 # models), and the small sanity-check presets.
 PROTOCOL_PRESETS = ("paper", "lra", "published")
+# Whose experiment a row is: the folder's own runs, the repository's committed runs shown beside a
+# user's (each summarised apart, so a committed seed never enters a user's mean), or a paper's.
+OURS, COMMITTED, PUBLISHED = "ours", "committed", "published"
+RUN_SOURCES = (OURS, COMMITTED)
 # statistic name -> (the column holding ours, what it is)
 STATISTICS = {
     "best_test": ("best_test_accuracy", "best test accuracy over evaluations (the Latte papers' "
@@ -135,13 +139,17 @@ def _delta(ours: dict[str, Any], ref: dict[str, str] | None, task: str) -> float
 
 def task_rows(task: str, summary: pd.DataFrame,
               published: list[dict[str, str]]) -> list[dict[str, Any]]:
-  """The rows of results/tables/<task>.csv: our experiments, then the published ones."""
+  """The rows of results/tables/<task>.csv: our experiments, then the published ones.
+
+  `summary` may carry a `source` column (OURS or COMMITTED; OURS where absent).
+  """
   rows = []
   ours = summary[summary["task"] == task] if not summary.empty else summary
   for exp in _ordered(ours, published):
     ref = reference_for(exp["mixer"], exp["config"], published) if task in LRA_TASKS else None
     shown = ref if group(exp["preset"]) != "small" else None
-    row = {"source": "ours", "task": task, "model": exp["mixer"], "mixer": exp["mixer"],
+    row = {"source": exp.get("source", OURS), "task": task, "model": exp["mixer"],
+           "mixer": exp["mixer"],
            "preset": exp["label"], "num_runs": exp["num_runs"], "runs": exp["runs"]}
     for column in (*results.ACCURACIES, "val_accuracy", "chance_accuracy",
                    "majority_accuracy"):
@@ -164,7 +172,7 @@ def task_rows(task: str, summary: pd.DataFrame,
     for ref in published:
       if not ref[task]:
         continue
-      rows.append({**{c: None for c in TASK_COLUMNS}, "source": "published",
+      rows.append({**{c: None for c in TASK_COLUMNS}, "source": PUBLISHED,
                    "model": ref["model"], "mixer": ref["mixer"], "preset": "",
                    "published": ref[task], "published_statistic": ref["statistic"],
                    "chance_accuracy": chance,
@@ -174,37 +182,41 @@ def task_rows(task: str, summary: pd.DataFrame,
 
 
 def _ordered(ours: pd.DataFrame, published: list[dict[str, str]]) -> list[dict[str, Any]]:
-  """Protocol presets first, then CPU-scale, then small; mixers in the reference CSV's order."""
+  """Protocol presets first, then CPU-scale, then small; in each, the folder's own runs before
+  committed ones; mixers in the reference CSV's order."""
   mixer_rank = {}
   for row in published:
     mixer_rank.setdefault(row["mixer"], len(mixer_rank))
   order = {"protocol": 0, "cpu": 1, "small": 2}
   return sorted(ours.to_dict("records"), key=lambda e: (
-      order[group(e["preset"])], mixer_rank.get(e["mixer"], len(mixer_rank)), e["mixer"],
-      e["label"]))
+      order[group(e["preset"])], RUN_SOURCES.index(e.get("source", OURS)),
+      mixer_rank.get(e["mixer"], len(mixer_rank)), e["mixer"], e["label"]))
 
 
 def lra_rows(summary: pd.DataFrame, published: list[dict[str, str]]) -> list[dict[str, Any]]:
-  """The rows of results/tables/lra.csv: one per (mixer, preset label) of ours, then published.
+  """The rows of results/tables/lra.csv: one per (source, mixer, preset label) of ours and the
+  committed ones, then published.
 
   For each task: `<task>` (test at the best val step), `<task>_best`, `<task>_last`, their `_std`,
   `<task>_n`, `<task>_delta` (on the statistic of `<task>_published_statistic`) and
   `<task>_at_chance`; the same `avg`, `avg_best`, `avg_last` over the five tasks without Path-X.
   """
-  per_task = {task: {(r["mixer"], r["preset"]): r for r in task_rows(task, summary, published)
-                     if r["source"] == "ours"} for task in LRA_TASKS}
+  per_task = {task: {(r["source"], r["mixer"], r["preset"]): r
+                     for r in task_rows(task, summary, published) if r["source"] in RUN_SOURCES}
+              for task in LRA_TASKS}
   keys = []
   lra_summary = summary[summary["task"].isin(LRA_TASKS)] if not summary.empty else summary
   for exp in _ordered(lra_summary, published):
-    if (exp["mixer"], exp["label"]) not in keys:
-      keys.append((exp["mixer"], exp["label"]))
+    key = (exp.get("source", OURS), exp["mixer"], exp["label"])
+    if key not in keys:
+      keys.append(key)
   rows = []
   suffixes = {"": "test_accuracy", "_best": "best_test_accuracy", "_last": "test_accuracy_last"}
-  for mixer, label in keys:
-    row = {"source": "ours", "model": mixer, "mixer": mixer, "preset": label}
+  for source, mixer, label in keys:
+    row = {"source": source, "model": mixer, "mixer": mixer, "preset": label}
     devices, runs, models = set(), [], []
     for task in LRA_TASKS:
-      cell = per_task[task].get((mixer, label)) or {}
+      cell = per_task[task].get((source, mixer, label)) or {}
       for suffix, column in suffixes.items():
         row[f"{task}{suffix}"] = cell.get(column)
         row[f"{task}{suffix}_std"] = cell.get(column + "_std")
@@ -227,7 +239,7 @@ def lra_rows(summary: pd.DataFrame, published: list[dict[str, str]]) -> list[dic
                runs=" ".join(runs), reference="")
     rows.append(row)
   for ref in published:
-    row = {"source": "published", "model": ref["model"], "mixer": ref["mixer"], "preset": "",
+    row = {"source": PUBLISHED, "model": ref["model"], "mixer": ref["mixer"], "preset": "",
            "published_statistic": ref["statistic"]}
     for task in LRA_TASKS:
       row[task] = ref[task] or None
@@ -275,34 +287,51 @@ def _csv_value(value: Any) -> str:
   return "" if value is None else str(value)
 
 
-def build(results_dir: Path, published_csv: Path = REFERENCE_CSV) -> dict[str, str]:
-  """Every generated file, `{relative path under results_dir: text}`."""
+def build(results_dir: Path, published_csv: Path = REFERENCE_CSV,
+          committed: Path | None = None) -> dict[str, str]:
+  """Every generated file, `{relative path under results_dir: text}`.
+
+  Args:
+    results_dir: the folder whose runs/ the tables are of.
+    published_csv: the published rows.
+    committed: the repository's results folder, whose complete runs are shown beside those of
+      `results_dir` as rows of their own (source COMMITTED), never averaged with them; None: none.
+  """
   from lra import table_markdown
   runs = results.load_runs(results_dir)
   complete = runs[runs["status"] == "complete"]
-  summary = results.summarize(complete)
+  summary = results.summarize(complete).assign(source=OURS)
+  theirs = results.load_runs(committed, status="complete") if committed else complete[:0]
+  if len(theirs):
+    summary = pd.concat([summary, results.summarize(theirs).assign(source=COMMITTED)],
+                        ignore_index=True)
   published = load_published(published_csv)
+  folder = folder_label(results_dir)
 
-  def made_by(num_runs: int, pattern: str = "*") -> str:
-    return (f"Generated by `lra table` from {num_runs} complete run(s) in "
-            f"results/runs/{pattern}/*/*/final.json (mean and sample std over seeds) and "
-            f"lra/reference/published_lra.csv. Do not edit: rerun `lra table`.")
+  def made_by(task_mask, pattern: str = "*") -> str:
+    beside = (f", beside {int(task_mask(theirs).sum())} of the repository's committed run(s) "
+              "(marked committed, never averaged with these)" if len(theirs) else "")
+    return (f"Generated by `lra table` from {int(task_mask(complete).sum())} complete run(s) in "
+            f"{folder}/runs/{pattern}/*/*/final.json (mean and sample std over seeds){beside} "
+            "and lra/reference/published_lra.csv. Do not edit: rerun `lra table`.")
   skipped = runs[runs["status"] != "complete"]
   note = ("Not counted (not complete): " + ", ".join(
-      f"{r.run_dir} ({r.status})" for r in skipped.itertuples()) + ".") if len(skipped) else ""
+      f"{r['run_dir']} ({run_summary.state_text(r)})" for r in skipped.to_dict("records"))
+      + ".") if len(skipped) else ""
   files = {}
-  tasks = sorted(set(complete["task"]) | set(LRA_TASKS) if len(complete) else LRA_TASKS)
+  shown = pd.concat([complete["task"], theirs["task"]])
+  tasks = sorted(set(shown) | set(LRA_TASKS) if len(shown) else LRA_TASKS)
   cpu_rows = []
   for task in tasks:
     rows = task_rows(task, summary, published)
     if task in LRA_TASKS:
-      cpu_rows += [r for r in rows if r["source"] == "ours" and group(r["preset"]) == "cpu"]
-    task_made_by = made_by(int((complete["task"] == task).sum()), task)
+      cpu_rows += [r for r in rows if r["source"] in RUN_SOURCES and group(r["preset"]) == "cpu"]
+    task_made_by = made_by(lambda runs, task=task: runs["task"] == task, task)
     files[f"tables/{task}.csv"] = _csv_text(rows, TASK_COLUMNS,
                                             [task_made_by, "Accuracies in %."])
     files[f"tables/{task}.md"] = table_markdown.task_markdown(task, rows, task_made_by)
   rows = lra_rows(summary, published)
-  lra_made_by = made_by(int(complete["task"].isin(LRA_TASKS).sum()),
+  lra_made_by = made_by(lambda runs: runs["task"].isin(LRA_TASKS),
                         "{" + ",".join(LRA_TASKS) + "}")
   files["tables/lra.csv"] = _csv_text(rows, LRA_COLUMNS, [lra_made_by, "Accuracies in %."])
   other = [t for t in tasks if t not in LRA_TASKS]
@@ -311,6 +340,15 @@ def build(results_dir: Path, published_csv: Path = REFERENCE_CSV) -> dict[str, s
                             + table_markdown.lra_markdown_body(rows, cpu_rows)
                             + (f"\n{note}\n" if note else "") + (extra + "\n" if extra else ""))
   return files
+
+
+def folder_label(results_dir: Path) -> str:
+  """How a table names a results folder: `results` for the repository's committed one (so its
+  tables read the same from any working directory), else the path as given."""
+  committed = results.committed_results_dir()
+  if committed is not None and Path(results_dir).resolve() == committed.resolve():
+    return "results"
+  return Path(results_dir).as_posix()
 
 
 # The README block names the commit it was regenerated at; staleness ignores that line's hash
@@ -351,10 +389,12 @@ def splice_readme(readme: str, block: str, path: Path, markers: tuple[str, str] 
   return readme[:start] + block + readme[end + len(end_marker):]
 
 
-def write(results_dir: Path, readme: Path | None = None) -> list[Path]:
-  """Writes the tables (and the README block when `readme` is given); returns changed files."""
+def write(results_dir: Path, readme: Path | None = None,
+          committed: Path | None = None) -> list[Path]:
+  """Writes the tables (and the README block when `readme` is given); returns changed files.
+  `committed`: see build."""
   changed = []
-  for path, text in _expected(results_dir, readme).items():
+  for path, text in _expected(results_dir, readme, committed).items():
     if not path.exists() or _without_commit(path.read_text()) != _without_commit(text):
       path.parent.mkdir(parents=True, exist_ok=True)
       path.write_text(text)
@@ -362,19 +402,21 @@ def write(results_dir: Path, readme: Path | None = None) -> list[Path]:
   return changed
 
 
-def check(results_dir: Path, readme: Path | None = None) -> list[Path]:
+def check(results_dir: Path, readme: Path | None = None,
+          committed: Path | None = None) -> list[Path]:
   """Files whose committed text differs from what the runs give (empty: up to date)."""
-  stale = [p for p, text in _expected(results_dir, readme).items()
+  expected = _expected(results_dir, readme, committed)
+  stale = [p for p, text in expected.items()
            if not p.exists() or _without_commit(p.read_text()) != _without_commit(text)]
   tables = Path(results_dir) / "tables"
-  expected = set(_expected(results_dir, None))
   stale += sorted(p for p in tables.glob("*.*") if p not in expected) if tables.is_dir() else []
   return stale
 
 
-def _expected(results_dir: Path, readme: Path | None) -> dict[Path, str]:
+def _expected(results_dir: Path, readme: Path | None,
+              committed: Path | None = None) -> dict[Path, str]:
   results_dir = Path(results_dir)
-  files = build(results_dir)
+  files = build(results_dir, committed=committed)
   expected = {results_dir / rel: text for rel, text in files.items()}
   if readme is not None:
     expected[readme] = splice_readme(readme.read_text(), readme_block(files), readme)

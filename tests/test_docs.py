@@ -5,6 +5,8 @@ import importlib.metadata
 import json
 import math
 import re
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,72 @@ def test_the_readmes_own_code_example_runs(tmp_path, monkeypatch):
   assert namespace["y"].shape == namespace["x"].shape
   assert math.isfinite(float(namespace["loss"]))
   assert namespace["step"] == 9  # the loop ran to the end
+
+
+def _readme_section(title: str) -> str:
+  return (ROOT / "README.md").read_text().split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _commands(block: str) -> list[list[str]]:
+  """A bash block's commands as argument lists (comments dropped, `\\` continuations joined)."""
+  return [shlex.split(line, comments=True)
+          for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def test_the_readmes_own_layer_steps_run_from_a_folder_of_ones_own(tmp_path, monkeypatch, capsys):
+  """README "Test your own layer", in a fresh folder outside the repository: the layer file as
+  printed, then every command of the block from that folder. `lra check` and `lra table` run as
+  written; the two training runs run fast variants (the synthetic run on the smoke preset, the
+  hour-long laptop run as a dry run)."""
+  from lra.cli import main
+  section = _readme_section("Test your own layer")
+  code = section.split("```python\n", 1)[1].split("```", 1)[0]
+  layer = code.splitlines()[0].lstrip("# ").split(",")[0]  # "# my_layers/mean_gate.py, in ..."
+  (tmp_path / layer).parent.mkdir(parents=True)
+  (tmp_path / layer).write_text(code)
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setenv("LRA_DATA_DIR", str(tmp_path / "data"))
+  commands = _commands(section.split("```bash\n", 1)[1].split("```", 1)[0])
+  assert [c[:2] for c in commands] == [["lra", "check"], ["lra", "run"], ["lra", "run"],
+                                       ["lra", "table"]]
+  fast = {"synthetic": ["--preset", "smoke", "--quiet"], "listops": ["--dry-run"]}
+  for command in commands:
+    argv = command[1:] + (fast[command[2]] if command[1] == "run" else [])
+    assert main(argv) == 0, command
+    out = capsys.readouterr().out
+    if command[1] == "check":
+      assert out.strip().endswith("meets the mixer contract")
+  mixer = next(p.name for p in (tmp_path / "results/local/runs/synthetic").iterdir())
+  assert mixer.startswith("MeanGate@")
+  synthetic = (tmp_path / "results/local/tables/synthetic.md").read_text()
+  assert f"| ours | {mixer} | smoke |" in synthetic
+  assert "| committed | latte | paper |" in synthetic  # the built-in rows beside, marked
+  lra_md = (tmp_path / "results/local/tables/lra.md").read_text()
+  assert "| latte (committed) | ListOps | laptop |" in lra_md
+
+
+def test_the_readmes_cluster_example_emits_a_script_with_time_environment_and_data(
+    tmp_path, monkeypatch, capsys):
+  """README "On a cluster (Slurm)": the `lra sweep` line as written, in a fresh folder; the
+  script it names is valid bash with the time limit, the environment and the shared data."""
+  from lra.cli import main
+  from lra.slurm import current_env_activate
+  monkeypatch.chdir(tmp_path)
+  section = _readme_section("On a cluster (Slurm)")
+  sweep_line, submit = _commands(section.split("```bash\n", 1)[1].split("```", 1)[0])
+  assert sweep_line[:2] == ["lra", "sweep"] and submit[0] == "sbatch"
+  assert main(sweep_line[1:]) == 0
+  err = capsys.readouterr().err.splitlines()
+  data_dir = sweep_line[sweep_line.index("--data-dir") + 1]
+  missing = [line for line in err if "would stop at once" in line]
+  assert len(missing) == 6 and all(f"no prepared data at {data_dir}/listops" in line
+                                   for line in missing)  # one line per run, none prepared
+  script = tmp_path / submit[1]
+  assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+  text = script.read_text()
+  time = sweep_line[sweep_line.index("--time") + 1]
+  assert f"#SBATCH --time={time}\n" in text and "#SBATCH --gres=gpu:1\n" in text
+  commands = [line for line in text.splitlines() if "-m lra run" in line]
+  assert len(commands) == 6 and all(f"--data-dir {data_dir} " in c for c in commands)
+  env = current_env_activate()
+  assert (f"\nsource {env}\nset -euo pipefail" if env else "No environment to activate") in text

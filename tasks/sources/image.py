@@ -31,6 +31,7 @@ TFDS_NAME = "cifar10"
 TOKENIZER = ("grayscale = trunc(255.5 * sum(w * rgb / 255)) in float32, w = ITU-R 601 "
              "(0.2989, 0.5870, 0.1140), as tf.image.rgb_to_grayscale; pixels 0-255 as tokens, "
              "row-major 32x32")
+URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"  # Krizhevsky 2009
 COMMAND = ("lra data prepare image --source PATH   (PATH = cifar-10-batches-py/, "
            "cifar-10-python.tar.gz, or a TFDS data dir holding cifar10)")
 BATCH_FILES = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
@@ -208,7 +209,8 @@ def prepare(source: Path, out_dir: Path) -> dict:
 TASK = Task(
     name="image",
     description="Grayscale CIFAR-10 as 1024 pixel tokens, 10 classes",
-    data_hint=f"Bring CIFAR-10 (nothing is downloaded), then run: {COMMAND}",
+    data_hint=f"Bring CIFAR-10 (nothing is downloaded; the official archive: {URL}), then run: "
+              f"{COMMAND}",
     prepare=prepare,
     decode=pixels.decode,
 )

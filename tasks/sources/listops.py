@@ -15,7 +15,7 @@ import numpy as np
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.fingerprint import sha256_of
 from lra.tasks.generators import listops as listops_generator
-from lra.tasks.sources.release import locate
+from lra.tasks.sources.release import RELEASE_URL, locate
 from lra.tasks.contract.spec import Task
 
 SYMBOLS = ("<pad>", *map(str, range(10)), "[MIN", "[MAX", "[MED", "[SM", "]")
@@ -122,5 +122,6 @@ TASK = Task(
     description="ListOps: nested MIN/MAX/MED/SM expressions, 10 classes, length <= 2000",
     data_hint=("Generate it (no download needed): lra data generate listops --out DIR && "
                "lra data prepare listops --source DIR\n"
-               "or prepare the release: lra data prepare listops --source PATH/lra_release"),
+               "or prepare the release (the official archive: " + RELEASE_URL + "): "
+               "lra data prepare listops --source PATH/lra_release"),
     prepare=prepare, decode=decode, generate_small=generate_small)

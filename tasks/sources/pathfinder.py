@@ -23,7 +23,7 @@ from lra.tasks.sources import pixels
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.cache import SPLITS
 from lra.tasks.contract.fingerprint import sha256_of, stat_digest
-from lra.tasks.sources.release import find_in_release
+from lra.tasks.sources.release import RELEASE_URL, find_in_release
 from lra.tasks.contract.spec import Task
 
 DIFFICULTIES = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9",
@@ -229,7 +229,8 @@ def prepare(source: Path, out_dir: Path, *, resolution: int = 32, difficulty: st
 TASK = Task(
     name="pathfinder",
     description="Pathfinder 32x32: are the two dots connected?",
-    data_hint=(f"Bring the LRA release (nothing is downloaded) or generate it: "
+    data_hint=(f"Bring the LRA release (nothing is downloaded; the official archive: "
+               f"{RELEASE_URL}) or generate it: "
                "lra data generate pathfinder --out DIR --resolution 32; then run: "
                f"{command('pathfinder')}"),
     prepare=prepare,

@@ -7,6 +7,7 @@ from pathlib import Path
 from lra.tasks.generators.pathfinder import generate as pathfinder_generator
 from lra.tasks.sources import pixels
 from lra.tasks.sources.pathfinder import command, prepare_resolution
+from lra.tasks.sources.release import RELEASE_URL
 from lra.tasks.contract.spec import Task
 
 SIDE = 128
@@ -22,7 +23,8 @@ def prepare(source: Path, out_dir: Path, *, difficulty: str = "hard", split_seed
 TASK = Task(
     name="pathx",
     description="Path-X 128x128 (16,384 tokens): Pathfinder at scale",
-    data_hint=(f"Bring the LRA release (nothing is downloaded) or generate it: "
+    data_hint=(f"Bring the LRA release (nothing is downloaded; the official archive: "
+               f"{RELEASE_URL}) or generate it: "
                "lra data generate pathfinder --out DIR --resolution 128; then run: "
                f"{command('pathx')}"),
     prepare=prepare,

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 NESTINGS = ("", "lra_release", "lra_release/lra_release")
+# Where the LRA authors publish the release (google-research/long-range-arena README; about 7.7 GB).
+RELEASE_URL = "https://storage.googleapis.com/long-range-arena/lra_release.gz"
 Found = TypeVar("Found")
 
 

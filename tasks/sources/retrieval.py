@@ -15,7 +15,7 @@ from lra.tasks.sources import bytes_tokenizer
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.cache import SPLITS
 from lra.tasks.contract.fingerprint import sha256_of
-from lra.tasks.sources.release import find_in_release
+from lra.tasks.sources.release import RELEASE_URL, find_in_release
 from lra.tasks.contract.spec import Task
 
 SEQ_LEN = 4000  # per document
@@ -114,7 +114,8 @@ def prepare(source: Path, out_dir: Path) -> dict:
 TASK = Task(
     name="retrieval",
     description="AAN document-pair citation match, 2 x 4000 bytes",
-    data_hint=f"Bring the LRA release (nothing is downloaded), then run: {COMMAND}",
+    data_hint=(f"Bring the LRA release (nothing is downloaded; the official archive: "
+               f"{RELEASE_URL}), then run: {COMMAND}"),
     prepare=prepare,
     decode=bytes_tokenizer.decode,
 )

@@ -23,6 +23,7 @@ SEQ_LEN = 4000
 NUM_CLASSES = 2
 LABEL_NAMES = ("neg", "pos")  # the order of TFDS imdb_reviews' ClassLabel
 TFDS_NAME = "imdb_reviews/plain_text"
+URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"  # Maas et al. 2011
 COMMAND = ("lra data prepare text --source PATH   "
            "(PATH = aclImdb/, aclImdb_v1.tar.gz, or a TFDS data dir holding imdb_reviews)")
 _REVIEW = re.compile(r"(?:^|/)aclImdb/(train|test)/(neg|pos)/(\d+)_\d+\.txt$")
@@ -198,7 +199,8 @@ def prepare(source: Path, out_dir: Path, *, val_from_train_fraction: float = 0.0
 TASK = Task(
     name="text",
     description="Byte-level IMDb sentiment, 2 classes, length 4000",
-    data_hint=f"Bring IMDb (nothing is downloaded), then run: {COMMAND}",
+    data_hint=f"Bring IMDb (nothing is downloaded; the official archive: {URL}), then run: "
+              f"{COMMAND}",
     prepare=prepare,
     decode=bytes_tokenizer.decode,
 )

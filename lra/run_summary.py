@@ -1,0 +1,94 @@
+"""What a run's final.json says, in words: the summary `lra run` prints, and the one-phrase state
+that tables and `lra status` give a run that is not complete.
+
+final.json keeps the train loop's markers for "not yet": best step -1 and val accuracy -1 before the
+first evaluation, steps/s 0 when no log window was timed. None of them is ever printed as a number.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+
+def evaluated(final: Mapping[str, Any]) -> bool:
+  """Whether the run reached an evaluation (best_step is -1, val accuracy -1.0, before one)."""
+  step = number(final.get("best_step"))
+  return step is not None and step >= 0
+
+
+def steps_per_s(final: Mapping[str, Any]) -> float | None:
+  """The measured training speed, or None when no log window was timed (0.0 in final.json)."""
+  rate = number(final.get("steps_per_s"))
+  return rate if rate else None
+
+
+def progress(final: Mapping[str, Any]) -> str:
+  """"step 1,200 of 5,000"."""
+  step, total = number(final.get("step")), number(final.get("num_steps"))
+  text = f"step {_count(step)}" if step is not None else "no step"
+  return text + (f" of {_count(total)}" if total is not None else "")
+
+
+def state_text(final: Mapping[str, Any]) -> str:
+  """The run's status with where it stopped, for a run that is not complete:
+  "interrupted at step 6 of 5,000, before its first evaluation"."""
+  status = final.get("status") or "unknown"
+  where = "diverged (loss not finite)" if status == "diverged" else status
+  text = f"{where} at {progress(final)}"
+  if status == "running":  # final.json says so from the start: a killed run still says it
+    text += ", or killed there"
+  return text if evaluated(final) else text + ", before its first evaluation"
+
+
+def _pct(x: Any) -> str:
+  x = number(x)
+  return "none" if x is None else f"{100 * x:.2f}%"
+
+
+def number(x: Any) -> float | None:
+  """A number from final.json or a table row; None for null and for NaN (pandas' missing)."""
+  if x is None or isinstance(x, bool):
+    return None
+  try:
+    x = float(x)
+  except (TypeError, ValueError):
+    return None
+  return None if math.isnan(x) else x
+
+
+def _count(x: float) -> str:
+  return f"{int(x):,}"
+
+
+def result_lines(result: Mapping[str, Any]) -> list[str]:
+  """The summary `lra run` prints at the end of a run (any status)."""
+  status = result["status"]
+  head = f"{result['task']} x {result['mixer']} ({result['preset']}): "
+  plain = status in ("complete", "interrupted")  # the others say what happened (state_text)
+  lines = [head + (f"{status} at {progress(result)}" if plain else
+                   state_text(result).removesuffix(", before its first evaluation"))]
+  if evaluated(result):
+    best_step = number(result.get("best_test_step"))  # absent from older final.json files
+    best = (f"; best test {_pct(result.get('best_test_accuracy'))} (step {_count(best_step)})"
+            if best_step is not None and best_step >= 0 else "")
+    last = ("; last step " + _pct(result.get("test_accuracy_last"))
+            if number(result.get("test_accuracy_last")) is not None else "")
+    lines.append(f"  test accuracy {_pct(result.get('test_accuracy'))} at the best val step "
+                 f"{_count(result['best_step'])} (val {_pct(result.get('val_accuracy'))})"
+                 f"{best}{last}")
+  else:
+    lines.append("  no evaluation yet: no accuracy to report")
+  lines.append(f"  majority class {_pct(result.get('majority_accuracy'))}, chance "
+               f"{_pct(result.get('chance_accuracy'))}")
+  cost = []
+  if number(result.get("num_params")) is not None:
+    cost.append(f"{_count(result['num_params'])} parameters")
+  rate = steps_per_s(result)
+  if rate is not None:
+    cost.append(f"{rate:.1f} steps/s")
+  wall = number(result.get("wall_time_s"))
+  cost.append(f"{wall or 0:.0f}s on {result.get('device')}")
+  lines.append("  " + ", ".join(cost))
+  if status == "interrupted":
+    lines.append("  saved: the same command resumes it from this step")
+  return lines

@@ -1,0 +1,169 @@
+"""`lra status`: the task x mixer grid of each preset, one cell per (task, mixer, preset): complete
+(its score), in progress (step of steps), stopped (diverged or failed) or not run, for your runs and
+the repository's committed ones (their own rows, marked), with each `paper` row's accelerator cost
+where the ledger knows it.
+
+Read from final.json only (every run writes one when it starts), so a status costs no JAX.
+"""
+from __future__ import annotations
+
+import csv
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from lra import results, run_summary
+from lra.tables import COMMITTED, LRA_TASKS, OURS, TASK_TITLES, load_published
+
+# The grid that is always shown, run or not: the papers' protocol on the LRA tasks.
+ALWAYS = "paper"
+# Where the ledger of paper rows sits in the repository (results/ holds what was measured).
+LEDGER_NAME = "ledger.csv"
+NOT_RUN = "not run"
+
+
+def paper_costs(ledger: Path | None) -> dict[tuple[str, str], str]:
+  """The accelerator cost of each `paper` row the ledger names: {(task, mixer): text}.
+
+  The ledger is a CSV with at least the columns `task`, `mixer` and `cost` (free text, e.g.
+  "~21 min on an H200 (measured)"); lines starting with `#` are comments, other columns are
+  ignored. An absent file, or one without those columns, gives {}: the grid then shows no cost.
+  """
+  if ledger is None or not ledger.is_file():
+    return {}
+  with open(ledger, newline="") as f:
+    rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+  if not rows or not {"task", "mixer", "cost"} <= set(rows[0]):
+    return {}
+  return {(r["task"], r["mixer"]): r["cost"] for r in rows if r["cost"]}
+
+
+def default_ledger() -> Path | None:
+  committed = results.committed_results_dir()
+  return committed / LEDGER_NAME if committed else None
+
+
+def _finals(results_dir: Path | None) -> list[dict[str, Any]]:
+  if results_dir is None:
+    return []
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", results.RunFileWarning)  # `lra table --check` names them
+    runs = results.load_runs(results_dir)
+  return runs.drop(columns=["config"]).to_dict("records")
+
+
+def cell(runs: Sequence[Mapping[str, Any]]) -> str:
+  """One grid cell from the runs of one (task, mixer, preset) in one folder.
+
+  Complete runs give their mean test accuracy at the best val step (n = seeds when more than
+  one); else the most advanced unfinished run its progress; else how the last stopped.
+  """
+  complete = [r for r in runs if r["status"] == "complete"]
+  scores = [s for s in (run_summary.number(r["test_accuracy"]) for r in complete)
+            if s is not None]
+  if scores:
+    text = f"{100 * sum(scores) / len(scores):.2f}"
+    return text + (f" (n={len(scores)})" if len(scores) > 1 else "")
+  going = [r for r in runs if r["status"] in ("running", "interrupted")]
+  if going:
+    best = max(going, key=lambda r: run_summary.number(r["step"]) or 0)
+    return f"in progress {run_summary.progress(best).removeprefix('step ')}"
+  if runs:
+    last = max(runs, key=lambda r: run_summary.number(r["step"]) or 0)
+    return f"{last['status']} at {run_summary.progress(last).removeprefix('step ')}"
+  return NOT_RUN
+
+
+def _variant(run: Mapping[str, Any]) -> str:
+  """What sets a run apart from its preset's plain runs ("" for none): the departures its folder
+  name lists (`+mixers.latte.vapor=True`), or a folder named by hand (`[reference]`). Runs of
+  different variants are different experiments, never one cell's mean."""
+  variant, preset = str(run.get("variant") or ""), str(run["preset"])
+  if variant == preset:
+    return ""
+  return variant[len(preset):] if variant.startswith(preset + "+") else f"[{variant}]"
+
+
+def grid(yours: Iterable[Mapping[str, Any]], committed: Iterable[Mapping[str, Any]],
+         presets: Sequence[str] | None = None, mixers: Sequence[str] = (),
+         costs: Mapping[tuple[str, str], str] | None = None) -> dict[str, list[list[str]]]:
+  """{preset: rows}, each table's first row its header (mixer, then one column per task).
+
+  A row is one mixer (with its variant, see _variant) in one folder: yours, or the committed
+  runs (marked). A mixer of `mixers` with no run at all gets one row of "not run".
+
+  Args:
+    yours, committed: final.json records (results.load_runs rows) of each folder.
+    presets: the grids to show (default: `paper`, then every preset with a run).
+    mixers: the mixers every `paper` grid lists, run or not, in this order (then the others).
+    costs: paper_costs; appended in brackets to the `paper` cells they name.
+  """
+  runs = [dict(r, source=OURS) for r in yours] + [dict(r, source=COMMITTED) for r in committed]
+  if presets is None:
+    presets = [ALWAYS] + sorted({r["preset"] for r in runs} - {ALWAYS})
+  order = {m: i for i, m in enumerate(mixers)}
+  tables = {}
+  for preset in presets:
+    mine = [r for r in runs if r["preset"] == preset]
+    tasks = sorted({r["task"] for r in mine} | set(LRA_TASKS if preset == ALWAYS else ()),
+                   key=lambda t: (LRA_TASKS.index(t) if t in LRA_TASKS else len(LRA_TASKS), t))
+    keys = {(r["mixer"], _variant(r), r["source"]) for r in mine}
+    keys |= {(m, "", OURS) for m in (mixers if preset == ALWAYS else ())
+             if not any(k[0] == m for k in keys)}
+    rows = [["mixer", *(TASK_TITLES.get(t, t) for t in tasks)]]
+    for mixer, variant, source in sorted(keys, key=lambda k: (
+        order.get(k[0], len(order)), k[0], k[1], (OURS, COMMITTED).index(k[2]))):
+      row = [mixer + (f" {variant}" if variant else "")
+             + (" (committed)" if source == COMMITTED else "")]
+      for task in tasks:
+        text = cell([r for r in mine if (r["mixer"], _variant(r), r["source"], r["task"]) ==
+                     (mixer, variant, source, task)])
+        cost = (costs or {}).get((task, mixer)) if preset == ALWAYS and not variant else None
+        row.append(text + (f" [{cost}]" if cost else ""))
+      rows.append(row)
+    tables[preset] = rows
+  return tables
+
+
+def render(tables: Mapping[str, list[list[str]]]) -> str:
+  """The grids as aligned plain text, one block per preset."""
+  blocks = []
+  for preset, rows in tables.items():
+    if len(rows) == 1:
+      blocks.append(f"preset {preset}: no runs yet")
+      continue
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [f"preset {preset}"]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    blocks.append("\n".join(lines))
+  return "\n\n".join(blocks)
+
+
+def registered_mixers() -> list[str]:
+  """The suite's mixers (one config block each), in the published tables' order."""
+  from lra.configs.common import mixer_configs  # the names, without importing JAX and the mixers
+  order = [row["mixer"] for row in load_published()]
+  return sorted(mixer_configs(), key=lambda m: (order.index(m) if m in order else len(order), m))
+
+
+def main(results_dir: Path, committed: Path | None, presets: Sequence[str] | None,
+         ledger: Path | None) -> int:
+  """The `lra status` subcommand (flags in lra.cli): prints the grids."""
+  from lra.configs.common import CPU_PRESETS, PRESETS, PUBLISHED_PRESETS
+  known = PRESETS + CPU_PRESETS + PUBLISHED_PRESETS
+  unknown = [p for p in presets or () if p not in known]
+  if unknown:
+    raise ValueError(f"lra status --presets: unknown {', '.join(unknown)}; valid presets: "
+                     f"{', '.join(known)}")
+  yours = _finals(results_dir)
+  theirs = _finals(committed)
+  costs = paper_costs(ledger)
+  print(f"lra status: your runs in {results_dir / 'runs'}/"
+        + (f"; the repository's committed runs in {committed / 'runs'}/ (rows marked "
+           "committed)" if committed else "")
+        + ". Cells: complete = test accuracy (%) at the best val step, mean over seeds (n); in "
+        "progress = step of steps; diverged or failed = where it stopped; not run."
+        + (f" [..] = a paper row's accelerator cost ({ledger})." if costs else ""))
+  print()
+  print(render(grid(yours, theirs, presets, registered_mixers(), costs)))
+  return 0
