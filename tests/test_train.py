@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lra.models.build import build_model
-from lra import run, train
+from lra import progress, run, train
 from lra.config_loading import apply_overrides, data_cache_dir, load_config
 from lra.writers import read_metrics
 from lra.tasks.contract.batches import eval_batches
@@ -308,7 +308,7 @@ def test_throughput_counts_only_training_steps_and_time():
   """A log window of 50 steps with an evaluation after its 10th: 50 steps over the 50 s of
   training, not 50 steps over the 40 s after the evaluation (what the rate said before)."""
   now = [0.0]
-  meter = train.Throughput(clock=lambda: now[0])
+  meter = progress.Throughput(clock=lambda: now[0])
   for i in range(50):
     now[0] += 1.0  # one training step takes 1 s
     meter.step()
