@@ -14,6 +14,7 @@ from lra.config_loading import (data_cache_dir, default_data_dir,  # noqa: F401 
                                 default_run_dir, reference_config, resolve_config)
 from lra.memory import OutOfMemoryError
 from lra.tasks import get_task
+from lra.tasks.contract import progress as data_progress
 from lra.tasks.contract.cache import CacheDamagedError, DataMissingError, PreparedData
 
 
@@ -64,7 +65,8 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
 def _run_locked(config: ml_collections.ConfigDict, run_dir: Path, data_dir: Path | None,
                 progress: bool) -> dict[str, Any]:
   task, mixer, preset = config.task, config.model.mixer, config.preset
-  data = load_data(config, data_dir or default_data_dir())
+  with data_progress.quiet(not progress):  # generation and preparation show theirs unless --quiet
+    data = load_data(config, data_dir or default_data_dir())
   previous = run_dir / "config.json"
   if previous.exists():
     stored = json.loads(previous.read_text())

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from lra.tasks.contract import progress as data_progress
 from lra.tasks.generators.pathfinder import generate as pg
 from lra.tasks.generators.pathfinder import maps, render, snakes, stats, strokes
 from lra.tasks.generators.pathfinder.metadata import read_metadata
@@ -344,12 +345,17 @@ def test_pathx_margins_and_metadata(tmp_path):
   assert (scenes["num_distractors"] <= 8).all()
 
 
-def test_same_seed_same_bytes_for_any_worker_count(tmp_path):
+def test_same_seed_same_bytes_for_any_worker_count(tmp_path, monkeypatch, capsys):
   kwargs = dict(resolution=32, difficulty="hard", num_images=24, seed=7, progress=False,
                 images_per_batch=8)
   one = pg.generate(tmp_path / "one", workers=1, **kwargs)
-  two = pg.generate(tmp_path / "two", workers=2, **kwargs)
+  monkeypatch.setattr(data_progress, "DELAY_S", 0.0)  # shown however quick
+  two = pg.generate(tmp_path / "two", workers=2, **{**kwargs, "progress": True})
   assert _files(one) == _files(two)
+  # The workers' batches are counted as they finish, off a terminal one line per tenth reached.
+  lines = capsys.readouterr().err.splitlines()
+  assert len(lines) == 3 and lines[-1].startswith(
+      "pathfinder32/curv_contour_length_14: generating: 24/24 images (100%)")
   other = pg.generate(tmp_path / "other", workers=1, **{**kwargs, "seed": 8})
   assert _files(other)["imgs/0/sample_0.png"] != _files(one)["imgs/0/sample_0.png"]
 

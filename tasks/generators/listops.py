@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import random
 import statistics
-import sys
-import time
 from pathlib import Path
 
 from lra.tasks.contract.atomic import replacing
+from lra.tasks.contract.progress import Meter
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 LEAF_PROBABILITY = 0.75
@@ -73,33 +72,23 @@ def generate_examples(num_examples: int, *, min_length: int = 500, max_length: i
   rng = random.Random(seed)
   seen: set[str] = set()
   examples: list[tuple[str, int]] = []
-  start = last_report = time.time()
-  tty = sys.stderr.isatty()
-  start_of_line, end_of_line = ("\r", "") if tty else ("", "\n")
-  while len(examples) < num_examples:
-    words: list[str] = []
-    budget = [max_length - 1]
-    try:
-      value = _tree(rng, 1, max_depth, max_args, budget, words)
-    except _TooLong:
-      continue
-    length = max_length - 1 - budget[0]
-    if not min_length < length < max_length:
-      continue
-    source = " ".join(words)
-    if source in seen:
-      continue
-    seen.add(source)
-    examples.append((source, value))
-    # A terminal gets one line rewritten every 2 s; a log file a new line every 60 s.
-    if progress and time.time() - last_report > (2 if tty else 60):
-      last_report = time.time()
-      rate = len(examples) / (last_report - start)
-      print(f"{start_of_line}  listops: {len(examples)}/{num_examples} examples, "
-            f"{rate:.0f}/s, ETA {(num_examples - len(examples)) / rate:.0f}s",
-            end=end_of_line, file=sys.stderr)
-  if progress and tty:
-    print(file=sys.stderr)
+  with Meter("listops: generating", num_examples, "examples", enabled=progress) as meter:
+    while len(examples) < num_examples:
+      words: list[str] = []
+      budget = [max_length - 1]
+      try:
+        value = _tree(rng, 1, max_depth, max_args, budget, words)
+      except _TooLong:
+        continue
+      length = max_length - 1 - budget[0]
+      if not min_length < length < max_length:
+        continue
+      source = " ".join(words)
+      if source in seen:
+        continue
+      seen.add(source)
+      examples.append((source, value))
+      meter.advance()
   return examples
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.fingerprint import sha256_of
+from lra.tasks.contract.progress import Meter
 from lra.tasks.generators import listops as listops_generator
 from lra.tasks.sources.release import RELEASE_URL, locate
 from lra.tasks.contract.spec import Task
@@ -36,8 +37,9 @@ def decode(tokens: np.ndarray) -> str:
   return " ".join(SYMBOLS[t] for t in np.asarray(tokens).tolist() if t != 0)
 
 
-def read_tsv(path: Path) -> tuple[list[list[int]], list[int]]:
-  """Tokens and labels of one release TSV (header `Source<TAB>Target`).
+def read_tsv(path: Path, meter: Meter | None = None) -> tuple[list[list[int]], list[int]]:
+  """Tokens and labels of one release TSV (header `Source<TAB>Target`); `meter` counts the
+  characters read (bytes: the format is ASCII).
 
   Raises:
     ValueError naming the file and line of a malformed row.
@@ -48,6 +50,8 @@ def read_tsv(path: Path) -> tuple[list[list[int]], list[int]]:
     if header != ["Source", "Target"]:
       raise ValueError(f"{path}:1: expected the header 'Source<TAB>Target', found {header!r}")
     for line_number, line in enumerate(f, start=2):
+      if meter is not None:
+        meter.advance(len(line))
       line = line.rstrip("\n")
       if not line:
         continue
@@ -95,7 +99,9 @@ def prepare(source: Path, out_dir: Path, *, seq_len: int | None = None) -> dict:
       tokenizer="fixed table: " + " ".join(f"{i}={s}" for i, s in enumerate(SYMBOLS)))
 
   def write(out: CacheWriter) -> dict:
-    parsed = {split: read_tsv(path) for split, path in paths.items()}
+    size = sum(path.stat().st_size for path in paths.values())
+    with Meter("listops: reading", size, "MB", scale=1e6) as meter:
+      parsed = {split: read_tsv(path, meter) for split, path in paths.items()}
     longest = max(len(t) for tokens, _ in parsed.values() for t in tokens)
     length = int(seq_len or math.ceil(longest / 16) * 16)
     if longest > length:
@@ -114,7 +120,8 @@ def prepare(source: Path, out_dir: Path, *, seq_len: int | None = None) -> dict:
 
 
 def generate_small(raw_dir: Path, **params) -> None:
-  listops_generator.write_release(raw_dir, **params)
+  # The laptop preset's 100,000 examples take minutes: progress shows (small sets stay quiet).
+  listops_generator.write_release(raw_dir, progress=True, **params)
 
 
 TASK = Task(

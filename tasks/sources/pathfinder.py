@@ -23,6 +23,7 @@ from lra.tasks.sources import pixels
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.cache import SPLITS
 from lra.tasks.contract.fingerprint import sha256_of, stat_digest
+from lra.tasks.contract.progress import tracked
 from lra.tasks.sources.release import RELEASE_URL, find_in_release
 from lra.tasks.contract.spec import Task
 
@@ -181,8 +182,9 @@ def _write(out: CacheWriter, *, task: str, root: Path, paths: list[str], labels:
   kept_labels: list[list[np.ndarray]] = [[] for _ in SPLITS]
   skipped: dict[str, int] = {}
   shown: list[str] = []
-  start, report_every = 0, max(len(paths) // 10, 1)
-  for images, reasons in _chunk_results(paths, side, int(workers)):
+  start = 0
+  for images, reasons in tracked(_chunk_results(paths, side, int(workers)), f"{task}: decoding",
+                                 len(paths), "images", size=lambda chunk: len(chunk[1])):
     stop = start + len(reasons)
     ok = np.array([r is None for r in reasons])
     for i, reason in enumerate(reasons):
@@ -198,8 +200,6 @@ def _write(out: CacheWriter, *, task: str, root: Path, paths: list[str], labels:
       keep = ok & (assign[start:stop] == s)
       writer.append(images[keep])
       kept_labels[s].append(labels[start:stop][keep])
-    if stop // report_every != start // report_every:
-      print(f"{task}: decoded {stop}/{len(paths)} images", flush=True)
     start = stop
 
   counts = {}

@@ -15,6 +15,7 @@ from lra.tasks.sources import bytes_tokenizer
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.cache import SPLITS
 from lra.tasks.contract.fingerprint import sha256_of
+from lra.tasks.contract.progress import tracked
 from lra.tasks.sources.release import RELEASE_URL, find_in_release
 from lra.tasks.contract.spec import Task
 
@@ -68,7 +69,7 @@ def _write_split(path: Path, out: CacheWriter, split: str) -> tuple[int, int]:
              for key in ("inputs1", "inputs2")]
   chunks = [np.zeros((_CHUNK_ROWS, SEQ_LEN), dtype=bytes_tokenizer.DTYPE) for _ in writers]
   labels, truncated, filled = [], 0, 0
-  for number, line in _lines(path):
+  for number, line in tracked(_lines(path), f"retrieval: tokenising {split}", capacity, "pairs"):
     label, *docs = _parse(path, number, line)
     for chunk, doc in zip(chunks, docs):
       truncated += bytes_tokenizer.encode_into(chunk[filled], doc)

@@ -16,11 +16,11 @@ import json
 import multiprocessing
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
+from lra.tasks.contract.progress import Meter
 from lra.tasks.generators.pathfinder.metadata import format_row, read_metadata
 from lra.tasks.generators.pathfinder.params import DIFFICULTIES, RESOLUTIONS, Params, get_params
 from lra.tasks.generators.pathfinder.render import encode_png, render
@@ -105,28 +105,6 @@ def _check_manifest(curv_dir: Path, manifest: dict) -> None:
     path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
-class _Progress:
-  """Batches done, images/s and ETA on stderr (at most one line every few seconds)."""
-
-  def __init__(self, label: str, total_batches: int, total_images: int, enabled: bool):
-    self.label, self.total_batches, self.total_images = label, total_batches, total_images
-    self.enabled = enabled
-    self.start = self.last = time.monotonic()
-    self.batches = self.images = 0
-
-  def update(self, images: int) -> None:
-    self.batches += 1
-    self.images += images
-    now = time.monotonic()
-    if not self.enabled or (now - self.last < 5 and self.batches < self.total_batches):
-      return
-    self.last = now
-    rate = self.images / max(now - self.start, 1e-9)
-    eta = (self.total_images - self.images) / max(rate, 1e-9)
-    print(f"{self.label}: {self.batches}/{self.total_batches} batches, {rate:.0f} images/s, "
-          f"ETA {int(eta // 60)}m{int(eta % 60):02d}s", file=sys.stderr, flush=True)
-
-
 def generate(out_dir: Path, resolution: int = 32, difficulty: str = "hard",
              num_images: int = 200_000, seed: int = 0, workers: int = 1, stats: bool = False,
              progress: bool = True, *, images_per_batch: int = IMAGES_PER_BATCH) -> Path:
@@ -142,7 +120,7 @@ def generate(out_dir: Path, resolution: int = 32, difficulty: str = "hard",
     seed: batch b is drawn from (seed, resolution, contour length, b) alone.
     workers: processes; the output does not depend on it.
     stats: also write stats.json (see `compute_stats`) beside metadata/.
-    progress: report batches done, images/s and ETA on stderr.
+    progress: report images done, images/s and time left on stderr.
     images_per_batch: 1000 in the release; smaller only for tests.
   Raises:
     ValueError: unknown resolution or difficulty, or out_dir holds a set made with other
@@ -159,19 +137,20 @@ def generate(out_dir: Path, resolution: int = 32, difficulty: str = "hard",
   batches = [(b, min(images_per_batch, num_images - b * images_per_batch))
              for b in range(-(-num_images // images_per_batch))]
   todo = [(curv_dir, params, seed, b, n) for b, n in batches if not _batch_done(curv_dir, b, n)]
-  report = _Progress(f"pathfinder{resolution}/{params.folder}", len(todo),
-                     sum(job[-1] for job in todo), progress)
   if todo and progress and len(todo) < len(batches):
     print(f"Resuming: {len(batches) - len(todo)} of {len(batches)} batches already done.",
           file=sys.stderr)
-  if workers == 1 or len(todo) <= 1:
-    for job in todo:
-      report.update(_job(job))
-  else:
-    # spawn: forking a process that has started JAX's threads is unsafe.
-    with multiprocessing.get_context("spawn").Pool(min(workers, len(todo))) as pool:
-      for images in pool.imap_unordered(_job, todo):
-        report.update(images)
+  with Meter(f"pathfinder{resolution}/{params.folder}: generating", sum(job[-1] for job in todo),
+             "images", enabled=progress) as meter:
+    if workers == 1 or len(todo) <= 1:
+      for job in todo:
+        meter.advance(_job(job))
+    else:
+      # spawn: forking a process that has started JAX's threads is unsafe. Batches are counted as
+      # the workers finish them, in any order.
+      with multiprocessing.get_context("spawn").Pool(min(workers, len(todo))) as pool:
+        for images in pool.imap_unordered(_job, todo):
+          meter.advance(images)
   if stats:
     report = compute_stats(curv_dir, marker_radius=params.marker_radius)
     (curv_dir / STATS_FILE).write_text(json.dumps(report, indent=2) + "\n")
