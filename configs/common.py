@@ -198,6 +198,12 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every_steps = 1000
   c.checkpoint.keep = 2             # latest checkpoints kept (the best one is kept separately)
+
+  # The curves again, beside metrics.jsonl (the same scalars at the same steps; lra/loggers.py).
+  # Where the curves go is not what a run computes: neither key is part of the run's identity.
+  c.log = ml_collections.ConfigDict()
+  c.log.tensorboard = False         # event files in the run folder (extra: tensorboard)
+  c.log.wandb = ""                  # a W&B project name: log the run there (extra: wandb)
   return c
 
 

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import ml_collections
 
-from lra import run_identity, run_lock, train
+from lra import loggers, run_identity, run_lock, train
 from lra.config_loading import (data_cache_dir, default_data_dir,  # noqa: F401 (lra.run's API)
                                 default_run_dir, reference_config, resolve_config)
 from lra.memory import OutOfMemoryError
@@ -51,6 +51,7 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
   checkpoint now.
   """
   config = resolve_config(task, mixer, preset, overrides)
+  loggers.check(config)  # a missing TensorBoard or W&B package: one line before any work
   run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir)
   fresh = not run_dir.exists() or not any(run_dir.iterdir())
   try:

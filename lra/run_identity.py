@@ -5,7 +5,7 @@ groups seeds of one experiment in the tables.
 Identity is relative to the preset, not a hash of the whole config, so adding a config key with a
 default (which reproduces the old behaviour) leaves every existing run resumable and in the tables:
 a stored config that lacks a key simply does not depart from the preset there. Settings of mixers
-a run does not use are not part of its identity either.
+a run does not use are not part of its identity either, nor are the logging settings (`log.*`).
 
 Plain dicts in, plain values out (no JAX, no ml_collections), so `lra table`, `lra sweep` and the
 notebooks share these rules with `lra run`.
@@ -18,6 +18,8 @@ import re
 from typing import Any, Mapping
 
 SEED_KEY = "train.seed"
+# Settings that say where the curves also go (TensorBoard, W&B), not what the run computes.
+NOT_IDENTITY = ("log.",)
 _MAX_NAME = 80  # longer override suffixes become a hash, so paths stay usable
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+,-]")
 
@@ -34,12 +36,13 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _own_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-  """The flat config without the seed and without the blocks of mixers this run does not use."""
+  """The flat config without the seed, the logging settings and the blocks of mixers this run
+  does not use."""
   mixer = config.get("model", {}).get("mixer")
   flat = flatten(config)
   flat.pop(SEED_KEY, None)
-  return {k: v for k, v in flat.items()
-          if not k.startswith("mixers.") or k.startswith(f"mixers.{mixer}.")}
+  return {k: v for k, v in flat.items() if not k.startswith(NOT_IDENTITY)
+          and (not k.startswith("mixers.") or k.startswith(f"mixers.{mixer}."))}
 
 
 def _text(value: Any) -> str:

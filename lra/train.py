@@ -33,6 +33,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra import checkpoints, distributed, dropout_rng, interrupts, memory, optim, writers
+from lra.loggers import open_loggers
 from lra.progress import Progress, Throughput
 from lra.config_loading import mixer_label
 from lra.models.build import build_model, execution_path
@@ -356,8 +357,12 @@ class RunFiles:
     old_curve = run_dir / "metrics.jsonl"
     self.replaced_step = 0 if resume_step or not curve or not old_curve.exists() else max(
         (r.get("step", 0) for r in writers.read_metrics(old_curve)), default=0)
+    writing = self.lead and curve
     self.metrics = writers.MetricsWriter(run_dir / "metrics.jsonl", resume_step or None,
-                                         enabled=self.lead and curve)
+                                         enabled=writing, loggers=open_loggers(
+                                             config, run_dir, resume_step or None,
+                                             name=f"{config.task}/{mixer_label(config)}/"
+                                                  f"{run_dir.name}") if writing else ())
     self.context = {**label_baselines(data), **writers.environment(),
                     "execution_path": execution_path(config)}
 
@@ -404,6 +409,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
   run_dir = Path(run_dir)
   s = setup(config, data.spec)
   ckpt = checkpoints.Checkpointer(run_dir, keep=config.checkpoint.keep)
+  files = None
   try:
     state, book, start_step = restore_or_init(s, data.spec, config.train.seed, ckpt)
     files = RunFiles(config, data, run_dir, start_step, num_params(state))
@@ -429,6 +435,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
         "failed", ckpt.latest_step() or 0, Book(), None, 0.0, 0.0, stop_reason=str(failed)))
     raise failed from None
   finally:
+    if files is not None:
+      files.metrics.close()  # the TensorBoard and W&B writers (lra/loggers.py)
     if ckpt is not None:
       ckpt.close()
 

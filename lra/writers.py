@@ -6,7 +6,7 @@ import os
 import platform
 import subprocess
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol, Sequence
 
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
@@ -35,17 +35,29 @@ def _jsonable(value: Any) -> Any:
   raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+class Logger(Protocol):
+  """Another home for the same records (lra/loggers.py: TensorBoard, W&B)."""
+
+  def write(self, step: int, metrics: Mapping[str, Any]) -> None: ...
+
+  def close(self) -> None: ...
+
+
 class MetricsWriter:
   """Appends one JSON object per log/eval point to metrics.jsonl (flat `split/metric` keys).
 
   Each line is written with a single write call and fsynced; a reader skips a torn last line.
   On resume, lines from steps after the checkpoint are dropped so the file matches the state.
   With `enabled=False` (processes other than 0 of a multi-host run) it touches nothing.
+  Each record also goes to every one of `loggers` (opened for the same resume step); `close`
+  closes them.
   """
 
-  def __init__(self, path: Path, resume_step: int | None = None, *, enabled: bool = True):
+  def __init__(self, path: Path, resume_step: int | None = None, *, enabled: bool = True,
+               loggers: Sequence[Logger] = ()):
     self.path = Path(path)
     self.enabled = enabled
+    self.loggers = list(loggers) if enabled else []
     if not enabled:
       return
     if resume_step is not None and self.path.exists():
@@ -67,6 +79,13 @@ class MetricsWriter:
       f.write(line)
       f.flush()
       os.fsync(f.fileno())
+    for logger in self.loggers:
+      logger.write(int(step), metrics)
+
+  def close(self) -> None:
+    loggers, self.loggers = self.loggers, []
+    for logger in loggers:
+      logger.close()
 
 
 def read_metrics(path: Path) -> list[dict]:
