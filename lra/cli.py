@@ -111,6 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
   diff.add_argument("run_a", type=Path)
   diff.add_argument("run_b", type=Path)
 
+  plot = sub.add_parser(
+      "plot", help="curves of one or many runs in one PNG: val and test accuracy, train and "
+      "val loss against steps",
+      epilog="e.g. lra plot results/local/runs/listops   or   lra plot 'results/runs/listops/*/"
+      "laptop_seed0' -o laptop.png")
+  plot.add_argument("runs", nargs="+", metavar="RUN", help="a run folder, a folder of runs "
+                    "(any depth: results/local/runs), or a glob of either")
+  plot.add_argument("-o", "--output", type=Path, metavar="FILE.png", help="default "
+                    "results/local/plots/<what the runs share>.png (printed)")
+
   table = sub.add_parser(
       "table", help="accuracy tables from the runs of a results folder",
       description="Writes RESULTS_DIR/tables/*.csv|md from RESULTS_DIR/runs/*, with the "
@@ -386,6 +396,9 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
   if args.command == "sweep":
     from lra import sweep
     return sweep.main(args, overrides)
+  if args.command == "plot":
+    from lra import plot
+    return plot.main(args)
   if args.command == "diff":
     from lra import run_diff
     print(run_diff.format_diff(run_diff.diff_runs(args.run_a, args.run_b), args.run_a,

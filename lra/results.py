@@ -21,6 +21,7 @@ from lra.config_loading import preset_reference
 from lra.run_identity import config_fingerprint, flatten
 
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
+LOCAL = "local"  # results/local/: your runs and tables (git-ignored), beside the committed ones
 # Columns of load_runs() taken from final.json as they are (nested dicts are flattened elsewhere).
 FINAL_KEYS = ("status", "task", "mixer", "preset", "seed", "step", "num_steps", "best_step",
               "val_accuracy", "test_accuracy", "best_test_accuracy", "best_test_step",
@@ -177,14 +178,34 @@ def load_curves(run_dir: Path | str) -> pd.DataFrame:
   return frame.groupby("step", as_index=False).first().sort_values("step").reset_index(drop=True)
 
 
+def load_runs_with_local(results_dir: Path | str = "results", *,
+                         status: str | None = None) -> pd.DataFrame:
+  """`load_runs` of the committed runs (results_dir/runs) and of yours (results_dir/local/runs,
+  where `lra run` writes by default), one after the other, with a `source` column: "committed"
+  or "yours". Both `run_dir`s are relative to results_dir's parent, so `load_all_curves(runs,
+  results_dir)` reads either; group by `source` before averaging seeds, so yours never blend in.
+  """
+  results_dir = Path(results_dir)
+  frames = [load_runs(results_dir, status=status).assign(source="committed")]
+  local = results_dir / LOCAL
+  if (local / "runs").is_dir():
+    yours = load_runs(local, status=status).assign(source="yours")
+    yours["run_dir"] = [f"{results_dir.name}/{d}" for d in yours["run_dir"]]
+    frames.append(yours)
+  return pd.concat(frames, ignore_index=True)
+
+
 def load_all_curves(runs: pd.DataFrame, results_dir: Path | str = "results") -> pd.DataFrame:
   """Curves of every run in `runs` (from load_runs), long by step, with the run's identity
-  columns (task, mixer, preset, variant, seed, run) beside each step's metrics."""
+  columns (task, mixer, preset, variant, seed, run, and source where `runs` has it) beside each
+  step's metrics."""
   parent = Path(results_dir).parent
+  identity = ("task", "mixer", "preset", "variant", "seed", "run",
+              *(("source",) if "source" in runs else ()))
   frames = []
   for run in runs.itertuples(index=False):
     curves = load_curves(parent / run.run_dir)
-    for key in ("task", "mixer", "preset", "variant", "seed", "run"):
+    for key in identity:
       curves[key] = getattr(run, key)
     frames.append(curves)
   if not frames:
