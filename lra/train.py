@@ -33,10 +33,10 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra import checkpoints, distributed, dropout_rng, interrupts, memory, optim, writers
-from lra.loggers import open_loggers
-from lra.progress import Progress, Throughput
 from lra.config_loading import mixer_label
+from lra.loggers import open_loggers
 from lra.models.build import build_model, execution_path
+from lra.progress import Progress, Throughput
 from lra.tasks.contract.batches import Batching, eval_batches, train_batches
 from lra.tasks.contract.cache import PreparedData
 from lra.tasks.contract.spec import TaskSpec
