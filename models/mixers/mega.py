@@ -79,8 +79,10 @@ def chunked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
   # Pads leave the max (a stabiliser only) and the sum; a chunk of pads only keeps 0 weights.
   top = jax.lax.stop_gradient(jnp.max(jnp.where(real, scores, -jnp.inf), axis=-1, keepdims=True))
   weights = jnp.exp(jnp.where(real, scores - jnp.where(jnp.isfinite(top), top, 0.0), -jnp.inf))
-  weights = weights / jnp.maximum(jnp.sum(weights, axis=-1, keepdims=True),
-                                  jnp.finfo(weights.dtype).tiny)
+  total = jnp.sum(weights, axis=-1, keepdims=True)
+  # At least 1 where the chunk has a real key; an all-pad chunk divides 0 by 1, not by a tiny
+  # floor, whose forward-mode derivative would be 0 / tiny^2 = NaN.
+  weights = weights / jnp.where(total > 0, total, 1.0)
   out = jnp.einsum("bncs,bnse->bnce", weights, v)
   return out.reshape(batch, chunks * chunk, -1)[:, :length]
 
