@@ -79,9 +79,11 @@ def mixer_configs() -> ml_collections.ConfigDict:
       # ITC: blocks of 64, 3 window + 2 global + 3 random blocks per query block (LRA code).
       "bigbird": {"block": 64, "num_random": 3, "seed": 0},
       # One hash round (LRA code); 32 buckets and chunks of 64 (ours: ~T/c buckets at T=2000);
-      # chunks attend to one neighbour on each side; unit-length keys (the paper).
+      # chunks attend to one neighbour on each side (ours: a bidirectional encoder); unit-length
+      # keys, and keys of the query's own bucket only (the paper; trax's attend_across_buckets).
       "reformer": {"num_hashes": 1, "num_buckets": 32, "chunk_len": 64, "chunks_before": 1,
-                   "chunks_after": 1, "normalize_keys": True, "seed": 0},
+                   "chunks_after": 1, "normalize_keys": True, "attend_across_buckets": False,
+                   "seed": 0},
       # S5's defaults (run_train.py): P=256 in J=8 HiPPO-N blocks, dt in [1e-3, 1e-1]; ssm_params
       # train at train.ssm_learning_rate without weight decay (S5's "standard" group).
       "s5": {"state_size": 256, "blocks": 8, "c_init": "trunc_standard_normal", "dt_min": 0.001,
@@ -274,10 +276,12 @@ def lra_mixers(c: ml_collections.ConfigDict) -> None:
   c.mixers.linformer.share_kv = True
   c.mixers.linformer.share_heads = True
   c.mixers.longformer.num_global = 0
-  # One hash into 10 buckets; each chunk looks one chunk back (in sorted order), unnormalised keys.
+  # One hash into 10 buckets; each chunk looks one chunk back (in sorted order), unnormalised keys,
+  # and no bucket mask: a query attends to every key of its chunk window.
   c.mixers.reformer.num_hashes, c.mixers.reformer.num_buckets = 1, 10
   c.mixers.reformer.chunks_after = 0
   c.mixers.reformer.normalize_keys = False
+  c.mixers.reformer.attend_across_buckets = True
 
 
 def lra_reformer_chunk(tokens: int) -> int:
