@@ -8,7 +8,9 @@ per-role scale and offset), the gates and the candidate; attention runs within f
 tokens (linear in T), with a learned bias per relative position:
   v = silu(W_v x), x' = silu(EMA(x) + omega * x), [u, z, r, hx] from W x',
   h = silu(hx + W_h (r * Attn_chunk(q(z), k(z), v))), output u * (h - x).
-The layer adds x itself, so x + output is Mega's gated update x + u * (h - x).
+The layer adds x itself, so x + output is Mega's gated update x + u * (h - x). In Mega's pre-norm
+layer everything above reads the normalised input but the update moves from the un-normalised
+one; the encoder's block passes that as `residual`.
 """
 from __future__ import annotations
 
@@ -112,8 +114,13 @@ class MegaMixer(nn.Module):
   ema_dim: int = 16
 
   @nn.compact
-  def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
-    """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
+  def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None,
+               residual: jax.Array | None = None):
+    """x: [B,T,D], mask: [B,T] -> (u * (h - residual) [B,T,D], carry).
+
+    residual: [B,T,D], the point the gated update moves from: the un-normalised input when x is
+      its normalised copy (Mega's pre-norm layer); None: x itself.
+    """
     d, n, length = self.dim, self.ema_dim, x.shape[1]
     hidden = self.hidden_dim or 2 * d
     v = nn.silu(nn.Dense(hidden, name="v")(x))
@@ -142,4 +149,4 @@ class MegaMixer(nn.Module):
     att = chunked_attention(q * self.z_dim ** -0.5, k, v, mask, chunk,
                             relative_bias(table, chunk).astype(q.dtype))
     h = nn.silu(hx + nn.Dense(d, name="h")(att * r))
-    return jax.nn.sigmoid(u) * (h - x), carry
+    return jax.nn.sigmoid(u) * (h - (x if residual is None else residual)), carry
