@@ -73,9 +73,10 @@ def mixer_configs() -> ml_collections.ConfigDict:
       # Linformer paper's k=256 with separate E, F per head; the LRA code: 16, shared E=F, heads.
       "linformer": {"proj_len": 256, "share_kv": False, "share_heads": False},
       "luna": {"packed_len": 128},
-      # Window of w=512 positions (LRA code); the first token global (the paper's CLS; the LRA
-      # code ran none), with its own projections (paper and LRA code).
-      "longformer": {"window": 512, "num_global": 1, "global_projections": True},
+      # Window of w=512 positions and no global token (the LRA code, which made every published
+      # Longformer row; num_global=1 with model.pooling=cls is the paper's global [CLS]); global
+      # tokens get their own projections (paper and LRA code).
+      "longformer": {"window": 512, "num_global": 0, "global_projections": True},
       # ITC: blocks of 64, 3 window + 2 global + 3 random blocks per query block (LRA code).
       "bigbird": {"block": 64, "num_random": 3, "seed": 0},
       # One hash round (LRA code); 32 buckets and chunks of 64 (ours: ~T/c buckets at T=2000);
