@@ -27,6 +27,9 @@ VARIANTS = {"latte+vapor": ("latte", {"vapor": True}),
             # Chunks of 4: the second row's last chunk is all pads.
             "mega+small": ("mega", {"chunk_size": 4})}
 FAST = [p for p in PROPERTIES if p != "memory"]
+# (variant, property) pairs a variant fails by design. Strict: if one passes, its entry must go.
+BY_DESIGN = {("longformer+no_global", "bidirectional"):
+             "a window of 5 with no global token reaches 2 positions each way per layer"}
 
 
 @functools.cache
@@ -44,8 +47,10 @@ def test_every_mixer_has_a_config_block_and_description():
     assert (cls.__doc__ or "").strip(), f"{cls.__name__} needs a one-line docstring for `lra list`"
 
 
-@pytest.mark.parametrize("prop", FAST, ids=lambda p: p.replace(" ", "_"))
-@pytest.mark.parametrize("variant", sorted(MIXERS) + sorted(VARIANTS))
+@pytest.mark.parametrize("variant, prop", [
+    pytest.param(v, p, id=f"{v}-{p.replace(' ', '_')}", marks=pytest.mark.xfail(
+        reason=BY_DESIGN[v, p], strict=True) if (v, p) in BY_DESIGN else ())
+    for v in sorted(MIXERS) + sorted(VARIANTS) for p in FAST])
 def test_contract(variant, prop):
   result = contract(variant).check(prop, catch=False)
   assert result.passed, result.line()
