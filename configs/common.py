@@ -73,15 +73,18 @@ def mixer_configs() -> ml_collections.ConfigDict:
       # Linformer paper's k=256 with separate E, F per head; the LRA code: 16, shared E=F, heads.
       "linformer": {"proj_len": 256, "share_kv": False, "share_heads": False},
       "luna": {"packed_len": 128},
-      # Window of w=512 positions (LRA code); the first token global (the paper's CLS; the LRA
-      # code ran none), with its own projections (paper and LRA code).
-      "longformer": {"window": 512, "num_global": 1, "global_projections": True},
+      # Window of w=512 positions and no global token (the LRA code, which made every published
+      # Longformer row; num_global=1 with model.pooling=cls is the paper's global [CLS]); global
+      # tokens get their own projections (paper and LRA code).
+      "longformer": {"window": 512, "num_global": 0, "global_projections": True},
       # ITC: blocks of 64, 3 window + 2 global + 3 random blocks per query block (LRA code).
       "bigbird": {"block": 64, "num_random": 3, "seed": 0},
       # One hash round (LRA code); 32 buckets and chunks of 64 (ours: ~T/c buckets at T=2000);
-      # chunks attend to one neighbour on each side; unit-length keys (the paper).
+      # chunks attend to one neighbour on each side (ours: a bidirectional encoder); unit-length
+      # keys, and keys of the query's own bucket only (the paper; trax's attend_across_buckets).
       "reformer": {"num_hashes": 1, "num_buckets": 32, "chunk_len": 64, "chunks_before": 1,
-                   "chunks_after": 1, "normalize_keys": True, "seed": 0},
+                   "chunks_after": 1, "normalize_keys": True, "attend_across_buckets": False,
+                   "seed": 0},
       # S5's defaults (run_train.py): P=256 in J=8 HiPPO-N blocks, dt in [1e-3, 1e-1]; ssm_params
       # train at train.ssm_learning_rate without weight decay (S5's "standard" group).
       "s5": {"state_size": 256, "blocks": 8, "c_init": "trunc_standard_normal", "dt_min": 0.001,
@@ -284,10 +287,12 @@ def lra_mixers(c: ml_collections.ConfigDict) -> None:
   c.mixers.linformer.share_kv = True
   c.mixers.linformer.share_heads = True
   c.mixers.longformer.num_global = 0
-  # One hash into 10 buckets; each chunk looks one chunk back (in sorted order), unnormalised keys.
+  # One hash into 10 buckets; each chunk looks one chunk back (in sorted order), unnormalised keys,
+  # and no bucket mask: a query attends to every key of its chunk window.
   c.mixers.reformer.num_hashes, c.mixers.reformer.num_buckets = 1, 10
   c.mixers.reformer.chunks_after = 0
   c.mixers.reformer.normalize_keys = False
+  c.mixers.reformer.attend_across_buckets = True
 
 
 def lra_reformer_chunk(tokens: int) -> int:

@@ -21,13 +21,34 @@ def print_list() -> None:
   for name, task in TASKS.items():
     print(f"  {name:<16} {task.description}")
   print("Mixers:")
+  departures = lra_row_departures()
   for name in MIXERS:
     print(f"  {name:<16} {describe(name)}")
+    if departures.get(name):
+      print(f"  {'':<16} defaults differ from its LRA row (--preset lra runs the row's): "
+            f"{', '.join(departures[name])}")
   for name, ep in entry_points().items():  # installed packages' mixers (lra.mixers)
     print(f"  {name:<16} {ep.value} (installed{f' from {ep.dist.name}' if ep.dist else ''})")
   print("Presets (lra run TASK MIXER --preset P; --dry-run shows what one sets):")
   for preset in PRESETS + CPU_PRESETS + PUBLISHED_PRESETS:
     print(f"  {preset:<16} {PRESET_DESCRIPTIONS[preset]} [{', '.join(_tasks_with(preset))}]")
+
+
+def lra_row_departures() -> dict[str, list[str]]:
+  """Per mixer with a row of LRA's Table 1 in the tables, its default settings where they differ
+  from the LRA code's that made the row (as the `lra` preset of ListOps sets them), as
+  "key=default (LRA: value)"; docs/mixers.md says why each differs."""
+  from lra.config_loading import resolve_config
+  from lra.configs.common import mixer_configs
+  from lra.tables import load_published
+  lra_rows = {row["mixer"] for row in load_published() if row["mixer"]
+              and row["source"].startswith("LRA paper Table 1")}
+  defaults, found = mixer_configs(), {}
+  for mixer in sorted(lra_rows):
+    lra = resolve_config("listops", mixer, "lra").mixers[mixer]
+    found[mixer] = [f"{key}={value} (LRA: {lra[key]})" for key, value in
+                    sorted(defaults[mixer].items()) if lra[key] != value]
+  return found
 
 
 # One line each for `lra list`; docs/protocol.md says where every value comes from.
@@ -37,10 +58,10 @@ PRESET_DESCRIPTIONS = {
     "lra": "the original LRA code's settings",
     "smoke": "seconds: a few steps of a tiny model (checks that it runs, not that it learns)",
     "demo": "minutes on a CPU: a small model on small generated data",
-    "laptop": "LRA's full ListOps with a 2-layer D=64 model: 40 min to 4 h on a laptop CPU",
+    "laptop": "the LRA task's own data at full length (ListOps, Pathfinder) with a small model, "
+              "trained on a laptop CPU in hours",
     "published": "S5's and Mega-Chunk's own published LRA runs: their blocks and optimizers",
-    "laptop_published": "S5's or Mega-Chunk's own ListOps architecture on the laptop's data and "
-                        "budget",
+    "laptop_published": "S5's or Mega-Chunk's own architecture on the laptop's data and budget",
 }
 
 

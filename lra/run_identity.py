@@ -4,8 +4,10 @@ groups seeds of one experiment in the tables.
 
 Identity is relative to the preset, not a hash of the whole config, so adding a config key with a
 default (which reproduces the old behaviour) leaves every existing run resumable and in the tables:
-a stored config that lacks a key simply does not depart from the preset there. Settings of mixers
-a run does not use are not part of its identity either, nor are the logging settings (`log.*`).
+a stored config that lacks a key simply does not depart from the preset there. A key added with a
+default that changes what the old configs computed is listed in ADDED_KEYS with the value they
+ran. Settings of mixers a run does not use are not part of its identity either, nor are the
+logging settings (`log.*`).
 
 Plain dicts in, plain values out (no JAX, no ml_collections), so `lra table`, `lra sweep` and the
 notebooks share these rules with `lra run`.
@@ -20,6 +22,13 @@ from typing import Any, Mapping
 SEED_KEY = "train.seed"
 # Settings that say where the curves also go (TensorBoard, W&B), not what the run computes.
 NOT_IDENTITY = ("log.",)
+# Keys added with a default that is not what configs written before them computed: the value those
+# configs ran, read wherever a stored config has the key's block but not the key.
+ADDED_KEYS = {
+    # Reformer attended to every key of its chunk window until the same-bucket rule came
+    # (2026-11-27); the paper's rule is today's default, the LRA code's the `lra` presets'.
+    "mixers.reformer.attend_across_buckets": True,
+}
 _MAX_NAME = 80  # longer override suffixes become a hash, so paths stay usable
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+,-]")
 
@@ -41,6 +50,10 @@ def _own_settings(config: Mapping[str, Any]) -> dict[str, Any]:
   mixer = config.get("model", {}).get("mixer")
   flat = flatten(config)
   flat.pop(SEED_KEY, None)
+  for key, value in ADDED_KEYS.items():
+    block = key.rsplit(".", 1)[0] + "."
+    if key not in flat and any(k.startswith(block) for k in flat):
+      flat[key] = value
   return {k: v for k, v in flat.items() if not k.startswith(NOT_IDENTITY)
           and (not k.startswith("mixers.") or k.startswith(f"mixers.{mixer}."))}
 

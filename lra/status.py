@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from lra import results, run_summary
-from lra.tables import COMMITTED, LRA_TASKS, OURS, TASK_TITLES, load_published
+from lra.table_rules import COMMITTED, LRA_TASKS, OURS, TASK_TITLES
+from lra.tables import load_published
 
 # The grid that is always shown, run or not: the papers' protocol on the LRA tasks.
 ALWAYS = "paper"

@@ -1,14 +1,16 @@
 """The Markdown renderings of `lra table`'s rows (lra.md, <task>.md and the README block).
 
-The rows themselves, and what each number is, come from lra.tables; nothing here computes a score.
+The rows themselves come from lra.tables, what each number is from lra.table_rules; nothing here
+computes a score.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from lra.tables import (AVG_TASKS, CHANCE_MARGIN, COMMITTED, CPU_PRESETS, LRA_TASKS, PUBLISHED,
-                        PROTOCOL_PRESETS, RUN_SOURCES, STATISTICS, TASK_TITLES, group)
+from lra.table_rules import (AVG_TASKS, CHANCE_MARGIN, COMMITTED, CPU_PRESETS, LRA_TASKS,
+                             PROTOCOL_PRESETS, PUBLISHED, RUN_SOURCES, STATISTICS, TASK_TITLES,
+                             group)
 
 CHANCE_MARK = "‡"
 STATISTIC_LABELS = {"best_test": "best test", "last": "last step",

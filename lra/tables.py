@@ -23,34 +23,16 @@ from typing import Any
 
 import pandas as pd
 
-from lra import results, run_summary, writers
-from lra.configs.common import CPU_PRESETS  # the one list; re-exported for table_markdown
+from lra import results, run_summary, table_markdown, writers
+# The shared rules, re-exported: callers read them as tables.LRA_TASKS etc.
+from lra.table_rules import (AVG_TASKS, CHANCE_MARGIN, COMMITTED, CPU_PRESETS,  # noqa: F401
+                             LRA_TASKS, OURS, PROTOCOL_PRESETS, PUBLISHED, RUN_SOURCES, STATISTICS,
+                             TASK_TITLES, group)
 
-LRA_TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
-AVG_TASKS = LRA_TASKS[:5]  # the LRA average leaves Path-X out (every baseline FAILs it)
-TASK_TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",
-               "pathfinder": "Pathfinder", "pathx": "Path-X", "avg": "Avg"}
 # Classes per LRA task, for the chance marks of published rows (ours carry their own).
 LRA_NUM_CLASSES = {"listops": 10, "text": 2, "retrieval": 2, "image": 10, "pathfinder": 2,
                    "pathx": 2}
-# Preset groups, each its own table section: the papers' protocols (Δ to the published rows),
-# the LRA task at full length with small models on a CPU (published numbers beside, no Δ: other
-# models), and the small sanity-check presets.
-PROTOCOL_PRESETS = ("paper", "lra", "published")
-# Whose experiment a row is: the folder's own runs, the repository's committed runs shown beside a
-# user's (each summarised apart, so a committed seed never enters a user's mean), or a paper's.
-OURS, COMMITTED, PUBLISHED = "ours", "committed", "published"
-RUN_SOURCES = (OURS, COMMITTED)
-# statistic name -> (the column holding ours, what it is)
-STATISTICS = {
-    "best_test": ("best_test_accuracy", "best test accuracy over evaluations (the Latte papers' "
-                  "statistic)"),
-    "last": ("test_accuracy_last", "test accuracy after the last step (the LRA code's statistic)"),
-    "best_val": ("test_accuracy", "test accuracy at the best validation step (the model chosen "
-                 "without the test set)"),
-}
 PUBLISHED_STATISTICS = ("best_test", "last", "unstated")
-CHANCE_MARGIN = 1.0  # points: a mean this close to chance/majority has not learned the task
 REFERENCE_CSV = Path(__file__).with_name("reference") / "published_lra.csv"
 README_START, README_END = "<!-- lra-table:start -->", "<!-- lra-table:end -->"
 
@@ -120,13 +102,6 @@ def _pct(value: Any) -> float | None:
 def at_chance(acc: float | None, chance: float | None, majority: float | None = None) -> bool:
   floor = max(x for x in (chance, majority, 0.0) if x is not None)
   return acc is not None and acc <= floor + CHANCE_MARGIN
-
-
-def group(preset: str) -> str:
-  """"protocol", "cpu" or "small": the table section a preset's runs belong to."""
-  preset = preset.split(" ")[0]
-  return ("protocol" if preset in PROTOCOL_PRESETS else "cpu" if preset in CPU_PRESETS
-          else "small")
 
 
 def _delta(ours: dict[str, Any], ref: dict[str, str] | None, task: str) -> float | None:
@@ -297,7 +272,6 @@ def build(results_dir: Path, published_csv: Path = REFERENCE_CSV,
     committed: the repository's results folder, whose complete runs are shown beside those of
       `results_dir` as rows of their own (source COMMITTED), never averaged with them; None: none.
   """
-  from lra import table_markdown
   runs = results.load_runs(results_dir)
   complete = runs[runs["status"] == "complete"]
   summary = results.summarize(complete).assign(source=OURS)

@@ -7,6 +7,7 @@ same weights and classifies [u, v, u*v, u-v].
 """
 from __future__ import annotations
 
+import inspect
 from typing import Callable, Mapping
 
 import flax.linen as nn
@@ -88,6 +89,11 @@ def make_norm(norm: str, block: str, momentum: float, deterministic: bool, name:
 S5_GATES = ("half_glu1", "half_glu2")
 
 
+def _takes_residual(mixer: nn.Module) -> bool:
+  """Whether the mixer's call takes `residual` (the input its gated update moves from)."""
+  return "residual" in inspect.signature(type(mixer).__call__).parameters
+
+
 class EncoderBlock(nn.Module):
   """Residual block around the mixer and the MLP: pre-LayerNorm, or the Latte paper's "++" block.
 
@@ -101,8 +107,10 @@ class EncoderBlock(nn.Module):
   block="s5" (S5's layer, prenorm, no MLP): y = Mixer(LN x), z = Drop(GELU y), then a gated dense
   layer, `s5_gate` "half_glu1": z * sigmoid(W z) or "half_glu2": y * sigmoid(W z); x + Drop(.).
   block="mega" (Mega's layer, post-norm, as on ListOps, Text, Retrieval): x = LN(x + Drop(Mixer
-  x)), then x = LN(x + Drop(W2 SiLU(W1 x))); "mega_prenorm" (its image tasks) normalises first.
-  The mega mixer returns u * (h - x), so x + Mixer(x) is Mega's gated update.
+  x)), then x = LN(x + Drop(W2 SiLU(W1 x))); "mega_prenorm" (its image tasks) normalises first:
+  x + Drop(Mixer(LN x)), then x + Drop(W2 SiLU(W1 LN x)). The mega mixer returns u * (h - x), so
+  x + Mixer(x) is Mega's gated update; under "mega_prenorm" it reads LN x but is given x as
+  `residual`, so the update is x + u * (h - x) as in Mega's pre-norm code, not x + u * (h - LN x).
 
   Attributes:
     glu: "sigmoid" (GLU, default) or "gelu" (GeGLU), the "++" block's gate activation.
@@ -147,7 +155,9 @@ class EncoderBlock(nn.Module):
     if self.block in ("mega", "mega_prenorm"):
       pre = self.block == "mega_prenorm"
       h = norm("mixer_norm")(x) if pre else x
-      y, carry = mixer(h, mask, deterministic=deterministic, carry=carry)
+      # A mixer whose output is a gated move from its input (Mega's) moves from x, not LN x.
+      moves = {"residual": x} if pre and _takes_residual(mixer) else {}
+      y, carry = mixer(h, mask, deterministic=deterministic, carry=carry, **moves)
       x = x + drop(y)
       x = x if pre else norm("mixer_norm")(x)
       h = norm("mlp_norm")(x) if pre else x

@@ -17,7 +17,29 @@ def test_list_shows_all_tasks_mixers_and_presets(capsys):
   for preset in PRESETS + CPU_PRESETS + PUBLISHED_PRESETS:
     assert f"\n  {preset} " in presets
   laptop = next(line for line in presets.splitlines() if line.startswith("  laptop "))
-  assert laptop.endswith("[listops]")  # the tasks whose config takes it
+  assert laptop.endswith("[listops, pathfinder]")  # the tasks whose config takes it
+
+
+def test_list_and_the_mixers_page_say_where_defaults_differ_from_the_lra_rows(capsys):
+  """A mixer beside an LRA row whose defaults are not that row's settings says so, setting by
+  setting, in `lra list` and in docs/mixers.md; Longformer and BigBird run the row's settings."""
+  from pathlib import Path
+
+  from lra.data_commands import lra_row_departures
+  departures = lra_row_departures()
+  assert departures["longformer"] == departures["bigbird"] == []
+  assert "attend_across_buckets=False (LRA: True)" in departures["reformer"]
+  assert departures["performer"] == ["kernel=softmax (LRA: relu)"]
+  assert main(["list"]) == 0
+  out = capsys.readouterr().out
+  page = (Path(__file__).resolve().parents[1] / "docs" / "mixers.md").read_text()
+  section = page.split("## Defaults and the published rows beside them")[1].split("\n## ")[0]
+  for mixer, items in departures.items():
+    for item in items:
+      assert item in out, item
+      key, value = item.split(" ")[0].split("=")
+      row = next((line for line in section.splitlines() if line.startswith(f"| {mixer} |")), "")
+      assert f"`{key}={value}`" in row, f"docs/mixers.md: {mixer}'s row lacks {key}={value}"
 
 
 def test_bare_help_describes_the_demo_it_runs(capsys):

@@ -13,6 +13,7 @@ from lra.cli import main
 from lra.config_loading import default_run_dir, resolve_config
 from lra.models.build import build_model
 from lra.models.mixers import default_settings, find_mixer
+from lra.models.mixers.contract import PROPERTIES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +83,7 @@ def test_lra_check_passes_the_good_layer_and_names_what_the_leaky_one_breaks(lay
   assert main(["check", f"{layer_file}:MeanGate", "--config.mixers.MeanGate.hidden=8"]) == 0
   out = capsys.readouterr().out
   assert "hidden=8" in out and "meets the mixer contract" in out
-  assert out.count("PASS ") == 9  # every property, memory at T=8192 included
+  assert out.count("PASS ") == len(PROPERTIES)  # every property, memory at T=8192 included
   assert main(["check", f"{layer_file}:Leaky"]) == 1
   out = capsys.readouterr().out
   assert "FAIL  padding invariance" in out and "PASS  shape" in out

@@ -59,6 +59,48 @@ def test_s5_block_has_no_mlp_and_mega_block_normalises_after_each_update():
   np.testing.assert_allclose(jnp.std(y, -1), 1.0, atol=1e-2)
 
 
+def _layer_norm(x, p):
+  centred = x - x.mean(-1, keepdims=True)
+  return centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-6) * p["scale"] + p["bias"]
+
+
+@pytest.mark.usefixtures("highest_precision")  # formula vs module to f32 accuracy
+@pytest.mark.parametrize("kind", ["mega", "mega_prenorm"])
+def test_mega_blocks_follow_megas_code(kind):
+  """Mega's layer is x + u * (h - x) with u, h from the mixer's own projections (read back from
+  its Dense outputs). Post-norm: LN(x + u * (h - x)), then LN(x + FFN(x)). Pre-norm: u and h read
+  LN x, but the update moves from the un-normalised x (Mega's pre-norm code), then x + FFN(LN x)."""
+  x = np.asarray(jax.random.normal(jax.random.PRNGKey(0), (2, 10, 8))) * 3 + 1
+  mask = jnp.arange(10)[None, :] < jnp.array([[10], [7]])
+  block = _block(kind, mega.MegaMixer, chunk_size=4, z_dim=4, ema_dim=2)
+  params = block.init(jax.random.PRNGKey(1), x, mask, None, True)["params"]
+  rng = np.random.default_rng(2)  # norms start at scale 1, bias 0: random ones show each term
+  params = jax.tree_util.tree_map_with_path(
+      lambda path, a: a + 0.3 * rng.normal(size=a.shape).astype(np.float32)
+      if path[-1].key in ("scale", "bias") else a, params)
+  (got, _), state = block.apply({"params": params}, x, mask, None, True,
+                                capture_intermediates=True)
+  mixer = state["intermediates"]["mixer"]
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+  u_logit, _, hx = np.split(np.asarray(mixer["mx"]["__call__"][0], np.float64), [8, 8 + 4 + 16],
+                            axis=-1)
+  u = 1 / (1 + np.exp(-u_logit))
+  silu = lambda a: a / (1 + np.exp(-a))  # noqa: E731
+  h = silu(hx + np.asarray(mixer["h"]["__call__"][0], np.float64))
+  ffn = lambda z: silu(z @ p["ffn_in"]["kernel"] + p["ffn_in"]["bias"]) @ p["ffn_out"]["kernel"] \
+      + p["ffn_out"]["bias"]  # noqa: E731
+  if kind == "mega":
+    x1 = _layer_norm(x + u * (h - x), p["mixer_norm"])
+    want = _layer_norm(x1 + ffn(x1), p["mlp_norm"])
+  else:
+    x1 = x + u * (h - x)
+    want = x1 + ffn(_layer_norm(x1, p["mlp_norm"]))
+    # The update that moved from LN x instead is far from this one: the test can tell them apart.
+    wrong = x + u * (h - _layer_norm(x, p["mixer_norm"]))
+    assert np.abs(wrong - x1).max() > 0.1
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("preset", ["paper", "lra"])
 def test_mixers_with_their_own_positions_get_no_absolute_ones(task, preset):

@@ -323,6 +323,20 @@ def test_run_names_say_what_differs_from_the_preset():
   assert name.startswith("demo+cfg-") and name.endswith("_seed0") and len(name) < 30
 
 
+@pytest.mark.parametrize("preset, departs", [("paper", True), ("lra", False)])
+def test_a_key_added_with_a_new_behaviour_reads_old_configs_as_they_ran(preset, departs):
+  """Reformer configs written before `attend_across_buckets` attended across buckets: that is a
+  departure from today's paper preset (the same-bucket rule), not from the LRA code's preset."""
+  from lra import run_identity
+  from lra.config_loading import resolve_config
+  today = resolve_config("synthetic", "reformer", preset).to_dict()
+  old = json.loads(json.dumps(today))
+  del old["mixers"]["reformer"]["attend_across_buckets"]
+  expected = ["mixers.reformer.attend_across_buckets=True"] if departs else []
+  assert run_identity.departures(old, today) == expected
+  assert bool(run_identity.same_run(old, today, today)) == departs
+
+
 def test_sweep_plans_skips_and_emits_slurm(grid, tmp_path, capsys):
   res, _ = grid
   (res / "runs" / "listops" / "latte" / "paper_seed3" / "checkpoints").mkdir(parents=True)

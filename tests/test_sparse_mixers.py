@@ -121,44 +121,103 @@ def _brute_force_buckets(x, rotations):
   return out
 
 
-def _reformer_pattern(buckets, chunk, before, after):
-  """The union over rounds of each round's keys, from sorting real tokens by (bucket, position)."""
+def _reformer_pattern(buckets, chunk, before, after, across):
+  """The union over rounds of each round's keys, from sorting real tokens by (bucket, position);
+  keys of the query's own bucket only unless `across`; the query itself only when no round gives
+  it another key."""
   pattern = np.zeros((B, H, T, T), bool)
-  for b, h, r in np.ndindex(B, H, buckets.shape[2]):
-    order = sorted(REAL[b].nonzero()[0], key=lambda t: (buckets[b, h, r, t], t))
-    chunk_of = {t: i // chunk for i, t in enumerate(order)}
-    for t in order:
-      keys = [s for s in order if s != t and -before <= chunk_of[s] - chunk_of[t] <= after]
-      pattern[b, h, t, keys or [t]] = True
+  for b, h in np.ndindex(B, H):
+    for r in range(buckets.shape[2]):
+      order = sorted(REAL[b].nonzero()[0], key=lambda t: (buckets[b, h, r, t], t))
+      chunk_of = {t: i // chunk for i, t in enumerate(order)}
+      for t in order:
+        keys = [s for s in order if s != t and -before <= chunk_of[s] - chunk_of[t] <= after
+                and (across or buckets[b, h, r, s] == buckets[b, h, r, t])]
+        pattern[b, h, t, keys] = True
+    for t in REAL[b].nonzero()[0]:
+      pattern[b, h, t, t] = not pattern[b, h, t].any()
   return pattern
 
 
+def _alone_in_some_round_only(buckets, chunk, before, after):
+  """How many real queries have no other key of their bucket in some round but do in another
+  (the case where the self rule over all rounds differs from a rule per round)."""
+  count = 0
+  for b, h in np.ndindex(B, H):
+    alone = []
+    for r in range(buckets.shape[2]):
+      order = sorted(REAL[b].nonzero()[0], key=lambda t: (buckets[b, h, r, t], t))
+      chunk_of = {t: i // chunk for i, t in enumerate(order)}
+      alone.append({t for t in order if not any(
+          s != t and -before <= chunk_of[s] - chunk_of[t] <= after
+          and buckets[b, h, r, s] == buckets[b, h, r, t] for s in order)})
+    count += len(set.union(*alone) - set.intersection(*alone))
+  return count
+
+
+@pytest.mark.parametrize("across", [False, True], ids=["own_bucket", "across_buckets"])
 @pytest.mark.parametrize("rounds, buckets, chunk, before, after", [
-    (1, 4, 4, 1, 1), (3, 4, 3, 1, 1), (2, 6, 2, 1, 0)])
-def test_reformer_is_dense_attention_on_its_lsh_buckets(rounds, buckets, chunk, before, after):
+    (1, 4, 4, 1, 1), (2, 4, 3, 1, 1), (3, 4, 3, 1, 1), (2, 6, 2, 1, 0)])
+def test_reformer_is_dense_attention_on_its_lsh_buckets(rounds, buckets, chunk, before, after,
+                                                        across):
   qk, v = _inputs(2, seed=1)
   rotations = jax.random.normal(jax.random.PRNGKey(5), (H, D, rounds, buckets // 2))
   hashed = _brute_force_buckets(qk, rotations)
   np.testing.assert_array_equal(np.asarray(lsh_buckets(qk, rotations)), hashed)
-  pattern = _reformer_pattern(hashed, chunk, before, after)
+  pattern = _reformer_pattern(hashed, chunk, before, after, across)
+  if rounds > 1 and not across:  # the inputs meet the case the rule over all rounds is for
+    assert _alone_in_some_round_only(hashed, chunk, before, after) > 0
 
   def reference(qk, v):
     keys = qk / jnp.linalg.norm(qk, axis=-1, keepdims=True)
     return _dense(qk, keys, v, pattern)
 
   fn = lambda qk, v: reformer_attention(qk, v, MASK, rotations, chunk=chunk, before=before,
-                                        after=after)
+                                        after=after, across_buckets=across)
   _same_values_and_gradients(fn, reference, [qk, v])
 
 
-def test_reformer_counts_a_key_found_in_several_rounds_once():
+def _cross_bucket_fraction(qk, real, rotations, chunk, across):
+  """Of the (query, key) pairs the layout allows, the fraction whose key is in another bucket of
+  that round than the query."""
+  buckets = lsh_buckets(qk, rotations)
+  query_pos, key_pos, allowed, _ = jax.jit(functools.partial(
+      reformer_layout, chunk=chunk, before=1, after=1, across_buckets=across))(buckets, real)
+  at = lambda pos: jnp.take_along_axis(buckets, jnp.maximum(pos, 0).reshape(*pos.shape[:3], -1),
+                                       -1).reshape(pos.shape)
+  other = at(query_pos)[..., None] != at(key_pos)[..., None, :]
+  return float((other & allowed).sum() / allowed.sum())
+
+
+def test_reformer_attends_across_buckets_only_when_asked():
+  """The chunk window brings keys of neighbouring buckets; the paper's rule drops them all."""
+  qk, = _inputs(1, seed=3)
+  rotations = jax.random.normal(jax.random.PRNGKey(7), (H, D, 2, 4))
+  qk, real = pad_to_blocks(qk, MASK, 4)
+  assert _cross_bucket_fraction(qk, real, rotations, 4, across=True) > 0.2
+  assert _cross_bucket_fraction(qk, real, rotations, 4, across=False) == 0.0
+
+
+@pytest.mark.usefixtures("highest_precision")  # y = 1 x v to f32 accuracy (TF32 would round v)
+def test_reformer_lone_token_attends_to_itself():
+  """With no other real token, in any round, a query's only key is itself: y = its value."""
+  qk, v = _inputs(2, seed=4)
+  mask = jnp.arange(T)[None, :] < jnp.array([[1], [2]])    # one real token; two
+  rotations = jax.random.normal(jax.random.PRNGKey(8), (H, D, 2, 2))
+  y = reformer_attention(qk, v, mask, rotations, chunk=4)
+  np.testing.assert_allclose(np.asarray(y[0, 0]), np.asarray(v[0, 0]), rtol=1e-6)
+  assert np.abs(np.asarray(y[1, :2] - v[1, :2])).max() > 1e-3  # two tokens see each other
+
+
+@pytest.mark.parametrize("across", [False, True], ids=["own_bucket", "across_buckets"])
+def test_reformer_counts_a_key_found_in_several_rounds_once(across):
   """The multiplicity each round divides by is the number of rounds whose pattern holds the pair
   (the dense counts summed over rounds)."""
   qk, = _inputs(1, seed=2)
   rotations = jax.random.normal(jax.random.PRNGKey(6), (H, D, 4, 2))
   qk, real = pad_to_blocks(qk, MASK, 3)
   layout = jax.jit(lambda x, m: reformer_layout(lsh_buckets(x, rotations), m, chunk=3, before=1,
-                                                  after=1))
+                                                  after=1, across_buckets=across))
   query_pos, key_pos, allowed, multiplicity = layout(qk, real)
   counts = sum(_dense_pattern(query_pos[:, :, r], key_pos[:, :, r], allowed[:, :, r], 24)
                for r in range(4))                                             # [B,H,T,T]

@@ -39,8 +39,8 @@ def gathered_attention(q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Ar
     allowed: [...,Q,K] bool; pads and keys outside the pattern are False.
     logit_offset: added to the allowed logits (Reformer's -log of a key's multiplicity).
   Returns:
-    y [...,Q,Dv] and the log-normaliser [...,Q] (finite; about -87 for a row with no key, whose
-    output is 0).
+    y [...,Q,Dv] and the log-normaliser [...,Q]; a row with no allowed key has output 0 and
+    log-normaliser 0 (a caller combining rows by their normalisers must leave such rows out).
   """
   logits = jnp.einsum("...qd,...kd->...qk", q * q.shape[-1] ** -0.5, k) + logit_offset
   # The max is a stabiliser only: over allowed keys (a huge pad logit cannot underflow the real
@@ -48,7 +48,10 @@ def gathered_attention(q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Ar
   top = jnp.max(jnp.where(allowed, logits, -jnp.inf), axis=-1, keepdims=True)
   top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
   weights = jnp.exp(jnp.where(allowed, logits - top, -jnp.inf))
-  total = jnp.maximum(jnp.sum(weights, axis=-1), jnp.finfo(weights.dtype).tiny)
+  total = jnp.sum(weights, axis=-1)
+  # A row with a key has total >= 1 (its top key's weight is exp(0)). A row with none divides 0 by
+  # 1, not by a tiny floor: forward-mode derivatives would be 0 / tiny^2 = NaN there.
+  total = jnp.where(total > 0, total, 1.0)
   y = jnp.einsum("...qk,...kd->...qd", weights, v) / total[..., None]
   return y, top[..., 0] + jnp.log(total)
 

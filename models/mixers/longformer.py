@@ -93,7 +93,7 @@ class LongformerMixer(nn.Module):
   Attributes:
     window: w, positions each token attends around itself (LRA code: 512).
     num_global: the first G positions attend to and are attended by all (the CLS token when
-      model.pooling=cls); the LRA code ran none.
+      model.pooling=cls: the paper's classification setup); the LRA code ran none.
     global_projections: the global rows get their own q, k, v projections (the paper and the
       LRA code); False shares the window's.
   """
@@ -101,7 +101,7 @@ class LongformerMixer(nn.Module):
   num_heads: int
   max_len: int
   window: int = 512
-  num_global: int = 1
+  num_global: int = 0
   global_projections: bool = True
 
   @nn.compact

@@ -8,7 +8,9 @@ per-role scale and offset), the gates and the candidate; attention runs within f
 tokens (linear in T), with a learned bias per relative position:
   v = silu(W_v x), x' = silu(EMA(x) + omega * x), [u, z, r, hx] from W x',
   h = silu(hx + W_h (r * Attn_chunk(q(z), k(z), v))), output u * (h - x).
-The layer adds x itself, so x + output is Mega's gated update x + u * (h - x).
+The layer adds x itself, so x + output is Mega's gated update x + u * (h - x). In Mega's pre-norm
+layer everything above reads the normalised input but the update moves from the un-normalised
+one; the encoder's block passes that as `residual`.
 """
 from __future__ import annotations
 
@@ -79,8 +81,10 @@ def chunked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
   # Pads leave the max (a stabiliser only) and the sum; a chunk of pads only keeps 0 weights.
   top = jax.lax.stop_gradient(jnp.max(jnp.where(real, scores, -jnp.inf), axis=-1, keepdims=True))
   weights = jnp.exp(jnp.where(real, scores - jnp.where(jnp.isfinite(top), top, 0.0), -jnp.inf))
-  weights = weights / jnp.maximum(jnp.sum(weights, axis=-1, keepdims=True),
-                                  jnp.finfo(weights.dtype).tiny)
+  total = jnp.sum(weights, axis=-1, keepdims=True)
+  # At least 1 where the chunk has a real key; an all-pad chunk divides 0 by 1, not by a tiny
+  # floor, whose forward-mode derivative would be 0 / tiny^2 = NaN.
+  weights = weights / jnp.where(total > 0, total, 1.0)
   out = jnp.einsum("bncs,bnse->bnce", weights, v)
   return out.reshape(batch, chunks * chunk, -1)[:, :length]
 
@@ -110,8 +114,13 @@ class MegaMixer(nn.Module):
   ema_dim: int = 16
 
   @nn.compact
-  def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
-    """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
+  def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None,
+               residual: jax.Array | None = None):
+    """x: [B,T,D], mask: [B,T] -> (u * (h - residual) [B,T,D], carry).
+
+    residual: [B,T,D], the point the gated update moves from: the un-normalised input when x is
+      its normalised copy (Mega's pre-norm layer); None: x itself.
+    """
     d, n, length = self.dim, self.ema_dim, x.shape[1]
     hidden = self.hidden_dim or 2 * d
     v = nn.silu(nn.Dense(hidden, name="v")(x))
@@ -140,4 +149,4 @@ class MegaMixer(nn.Module):
     att = chunked_attention(q * self.z_dim ** -0.5, k, v, mask, chunk,
                             relative_bias(table, chunk).astype(q.dtype))
     h = nn.silu(hx + nn.Dense(d, name="h")(att * r))
-    return jax.nn.sigmoid(u) * (h - x), carry
+    return jax.nn.sigmoid(u) * (h - (x if residual is None else residual)), carry

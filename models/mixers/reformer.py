@@ -2,9 +2,11 @@
 
 Per hash round, each token's shared query/key vector x is hashed by a fixed random rotation R:
 bucket = argmax([xR, -xR]). Tokens are sorted by (bucket, position), cut into chunks of c, and
-each chunk attends to itself and its neighbour chunks in that order; a token does not attend to
-itself unless it has no other key. Rounds are combined as one softmax over the union of their
-keys (a key found in several rounds counts once, the paper's multi-round attention).
+each chunk attends to itself and its neighbour chunks in that order, to the keys of the query's
+own bucket only (the paper's P_i = {j : h(q_i) = h(k_j)}; `across_buckets` keeps every key in
+the window, as the LRA code did). A token attends to itself only when it has no other key in any
+round. Rounds are combined as one softmax over the union of their keys (a key found in several
+rounds counts once, the paper's multi-round attention).
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ def lsh_buckets(x: jax.Array, rotations: jax.Array) -> jax.Array:
 
 
 def reformer_layout(buckets: jax.Array, mask: jax.Array, *, chunk: int, before: int,
-                    after: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+                    after: int, across_buckets: bool = False
+                    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """Sorts each round into chunks and says which keys each query sees.
 
   Args:
@@ -32,10 +35,13 @@ def reformer_layout(buckets: jax.Array, mask: jax.Array, *, chunk: int, before: 
     mask: [B,T] bool; pads are sorted after every real token, so the chunks of real tokens do not
       depend on how many pads follow.
     chunk: c, tokens per chunk; before, after: neighbour chunks attended on each side.
+    across_buckets: a query sees every real key of its chunk window; False: only those of its
+      own bucket in that round.
   Returns:
     query_pos [B,H,R,N,c] and key_pos [B,H,R,N,K] (original positions, -1 beyond the ends;
     K = (before + 1 + after) c), allowed [B,H,R,N,c,K], and the multiplicity [B,H,R,N,c,K] of
-    each allowed pair over all rounds.
+    each allowed pair over all rounds. A real query's row may be empty in a round where it has
+    no key but itself while it has others in another round.
   """
   bsz, heads, rounds, length = buckets.shape
   order = jnp.argsort(jnp.where(mask[:, None, None], buckets, jnp.iinfo(jnp.int32).max), -1,
@@ -48,29 +54,45 @@ def reformer_layout(buckets: jax.Array, mask: jax.Array, *, chunk: int, before: 
   key_pos = jnp.take(order, jnp.clip(slots, 0, length - 1), axis=-1)
   key_pos = jnp.where(inside, key_pos, -1)                                    # [B,H,R,N,K]
   key_real = inside & jnp.take_along_axis(mask[:, None, None, None], jnp.maximum(key_pos, 0), -1)
-  is_self = key_pos[..., None, :] == query_pos[..., None]
-  others = key_real[..., None, :] & ~is_self
-  has_other = others.any(-1)                                                  # [B,H,R,N,c]
-  allowed = jnp.where(has_other[..., None], others, key_real[..., None, :] & is_self)
-  if rounds == 1:
-    return query_pos, key_pos, allowed, allowed.astype(jnp.int32)
-  # A pair's multiplicity: in how many rounds r' the key is within the query's chunk window
-  # (the self pair only in rounds where it was the query's only key).
+
   def across_rounds(per_round, pos):  # [B,H,R',T] at pos [B,H,R,N,X] -> [B,H,R',R,N,X]
     idx = jnp.maximum(pos, 0).reshape(bsz, heads, 1, -1)
     return jnp.take_along_axis(per_round, idx, -1).reshape(bsz, heads, rounds, *pos.shape[2:])
-  chunk_of = rank // chunk
-  distance = (across_rounds(chunk_of, key_pos)[..., None, :]
-              - across_rounds(chunk_of, query_pos)[..., None])                # [B,H,R',R,N,c,K]
-  alone = jnp.take_along_axis(~has_other.reshape(bsz, heads, rounds, length), rank, -1)
-  member = ((distance >= -before) & (distance <= after)
-            & (~is_self[:, :, None] | across_rounds(alone, query_pos)[..., None]))
+
+  def pair_diff(per_round):  # [B,H,R',T] -> key minus query value [B,H,R',R,N,c,K]
+    return (across_rounds(per_round, key_pos)[..., None, :]
+            - across_rounds(per_round, query_pos)[..., None])
+
+  candidate = jnp.broadcast_to(key_real[..., None, :], (*query_pos.shape, key_pos.shape[-1]))
+  if not across_buckets:
+    sorted_buckets = jnp.take_along_axis(buckets, order, -1)                  # [B,H,R,T]
+    key_bucket = jnp.take(sorted_buckets, jnp.clip(slots, 0, length - 1), axis=-1)
+    candidate &= sorted_buckets.reshape(query_pos.shape)[..., None] == key_bucket[..., None, :]
+  is_self = key_pos[..., None, :] == query_pos[..., None]
+  others = candidate & ~is_self
+  # Self only for a query with no other key in any round (trax masks self with a large finite
+  # penalty in every round: a round where the query is alone then weighs nothing beside one
+  # where it is not).
+  has_other = jnp.take_along_axis(others.any(-1).reshape(bsz, heads, rounds, length), rank, -1)
+  alone = ~jnp.any(has_other, axis=2, keepdims=True)                          # [B,H,1,T]
+  alone_q = jnp.take_along_axis(jnp.broadcast_to(alone, buckets.shape),
+                                jnp.maximum(query_pos, 0).reshape(bsz, heads, rounds, -1),
+                                -1).reshape(query_pos.shape)
+  allowed = others | (candidate & is_self & alone_q[..., None])
+  if rounds == 1:
+    return query_pos, key_pos, allowed, allowed.astype(jnp.int32)
+  # A pair's multiplicity: in how many rounds r' the key is within the query's chunk window (and
+  # its bucket, unless across_buckets); the self pair only counts for a query alone everywhere.
+  distance = pair_diff(rank // chunk)                                        # [B,H,R',R,N,c,K]
+  member = (distance >= -before) & (distance <= after)
+  if not across_buckets:
+    member &= pair_diff(buckets) == 0
   return query_pos, key_pos, allowed, jnp.where(allowed, member.sum(2), 0)
 
 
 def reformer_attention(qk: jax.Array, v: jax.Array, mask: jax.Array, rotations: jax.Array, *,
                        chunk: int, before: int = 1, after: int = 1,
-                       normalize_keys: bool = True) -> jax.Array:
+                       normalize_keys: bool = True, across_buckets: bool = False) -> jax.Array:
   """Multi-round LSH attention over real keys, in chunks of the bucket-sorted sequence.
 
   Args:
@@ -78,14 +100,15 @@ def reformer_attention(qk: jax.Array, v: jax.Array, mask: jax.Array, rotations: 
     v: [B,T,H,Dv] values.
     mask: [B,T] bool, True on real tokens.
     rotations: [H,Dh,R,nb/2] the fixed random rotations, R hash rounds of nb buckets.
-    chunk, before, after: as in `reformer_layout`.
+    chunk, before, after, across_buckets: as in `reformer_layout`.
   Returns:
     [B,T,H,Dv]; O(B H R T log T) for the sorts, O(B H R T (before+1+after) c D) for the chunks.
   """
   length = qk.shape[1]
   (qk, _), (v, real) = pad_to_blocks(qk, mask, chunk), pad_to_blocks(v, mask, chunk)
   query_pos, key_pos, allowed, multiplicity = reformer_layout(
-      lsh_buckets(qk, rotations), real, chunk=chunk, before=before, after=after)
+      lsh_buckets(qk, rotations), real, chunk=chunk, before=before, after=after,
+      across_buckets=across_buckets)
   k = qk / jnp.maximum(jnp.linalg.norm(qk, axis=-1, keepdims=True), 1e-6) if normalize_keys else qk
   offset = -jnp.log(jnp.maximum(multiplicity, 1).astype(qk.dtype))
   y, log_norm = gathered_attention(gather_positions(qk, query_pos), gather_positions(k, key_pos),
@@ -93,10 +116,21 @@ def reformer_attention(qk: jax.Array, v: jax.Array, mask: jax.Array, rotations: 
   # Back to original order, then each round weighted by its share of the union's normaliser.
   bsz, heads, rounds = query_pos.shape[:3]
   rank = jnp.argsort(query_pos.reshape(bsz, heads, rounds, -1), -1)
+  back = lambda a: jnp.take_along_axis(a.reshape(bsz, heads, rounds, -1), rank, -1)  # noqa: E731
   y = jnp.take_along_axis(y.reshape(bsz, heads, rounds, -1, y.shape[-1]), rank[..., None], 3)
-  log_norm = jnp.take_along_axis(log_norm.reshape(bsz, heads, rounds, -1), rank, -1)
-  y = jnp.sum(jax.nn.softmax(log_norm, axis=2)[..., None] * y, axis=2)      # [B,H,T,Dv]
+  share = _round_shares(back(log_norm), back(allowed.any(-1)))
+  y = jnp.sum(share[..., None] * y, axis=2)                                  # [B,H,T,Dv]
   return jnp.swapaxes(y, 1, 2)[:, :length]
+
+
+def _round_shares(log_norm: jax.Array, has_key: jax.Array) -> jax.Array:
+  """Softmax over rounds (axis 2) of [B,H,R,T] log-normalisers, rounds without a key left out:
+  they hold no term of the union (a pad's row may have none in any round: all shares 0)."""
+  top = jnp.max(jnp.where(has_key, log_norm, -jnp.inf), axis=2, keepdims=True)
+  top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
+  weights = jnp.exp(jnp.where(has_key, log_norm - top, -jnp.inf))
+  total = jnp.sum(weights, axis=2, keepdims=True)
+  return weights / jnp.where(total > 0, total, 1.0)
 
 
 class ReformerMixer(nn.Module):
@@ -108,6 +142,8 @@ class ReformerMixer(nn.Module):
     chunk_len: c, tokens per chunk of the sorted sequence.
     chunks_before, chunks_after: neighbour chunks each chunk attends to.
     normalize_keys: keys are the unit-length shared vectors (the paper); False uses them as is.
+    attend_across_buckets: a query attends to every key of its chunk window (the LRA code);
+      False: only to those in its own bucket (the paper's Reformer).
     seed: the rotations are drawn from this seed folded with the layer's name: fixed, one per
       layer and head, never trained or stored.
   """
@@ -120,6 +156,7 @@ class ReformerMixer(nn.Module):
   chunks_before: int = 1
   chunks_after: int = 1
   normalize_keys: bool = True
+  attend_across_buckets: bool = False
   seed: int = 0
 
   @nn.compact
@@ -136,5 +173,6 @@ class ReformerMixer(nn.Module):
         key, (self.num_heads, head_dim, self.num_hashes, self.num_buckets // 2))
     y = reformer_attention(qk.squeeze(2), v.squeeze(2), mask, rotations, chunk=self.chunk_len,
                            before=self.chunks_before, after=self.chunks_after,
-                           normalize_keys=self.normalize_keys)
+                           normalize_keys=self.normalize_keys,
+                           across_buckets=self.attend_across_buckets)
     return nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(y), carry
