@@ -189,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
   listops.add_argument("--max-depth", type=int, default=10)
   listops.add_argument("--max-args", type=int, default=10)
   listops.add_argument("--seed", type=int, default=0)
+  listops.add_argument("--workers", type=int, default=1, help="processes: the same files, "
+                       "faster, for the default recipe (its stream states are recorded)")
   pathfinder = gen_sub.add_parser(
       "pathfinder", help="pathfinder<res>/curv_*/imgs + metadata like the release (Path-X = 128)")
   pathfinder.add_argument("--out", type=Path, required=True)
