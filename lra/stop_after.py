@@ -1,4 +1,4 @@
-"""`lra run --stop-after SECONDS`: stop cleanly before a wall-time limit (a Slurm `--time`, a lease).
+"""`lra run --stop-after SECONDS`: stop cleanly before a wall-time limit (Slurm `--time`, a lease).
 
 The limit counts from `STARTED`, when the `lra` command began (lra.cli imports this module first
 thing), so starting JAX, reading the data and compiling count against it as they do against a

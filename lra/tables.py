@@ -289,7 +289,8 @@ def build(results_dir: Path, published_csv: Path = REFERENCE_CSV) -> dict[str, s
             f"lra/reference/published_lra.csv. Do not edit: rerun `lra table`.")
   skipped = runs[runs["status"] != "complete"]
   note = ("Not counted (not complete): " + ", ".join(
-      f"{r.run_dir} ({r.status})" for r in skipped.itertuples()) + ".") if len(skipped) else ""
+      f"{r.run_dir} ({_unfinished(r._asdict())})" for r in skipped.itertuples()) + ".") if len(
+          skipped) else ""
   files = {}
   tasks = sorted(set(complete["task"]) | set(LRA_TASKS) if len(complete) else LRA_TASKS)
   cpu_rows = []
@@ -311,6 +312,12 @@ def build(results_dir: Path, published_csv: Path = REFERENCE_CSV) -> dict[str, s
                             + table_markdown.lra_markdown_body(rows, cpu_rows)
                             + (f"\n{note}\n" if note else "") + (extra + "\n" if extra else ""))
   return files
+
+
+def _unfinished(run: dict[str, Any]) -> str:
+  """A run left out of the tables: its status, or where an unfinished one stands."""
+  from lra.ledger import in_progress  # pylint: disable=import-outside-toplevel
+  return in_progress(run) if run["status"] in ("interrupted", "running") else run["status"]
 
 
 # The README block names the commit it was regenerated at; staleness ignores that line's hash

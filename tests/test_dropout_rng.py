@@ -1,5 +1,5 @@
-"""Dropout's keys: the paired threefry bits' stated counter layout, uniform draws, and masks that are
-a function of (seed, step) for every generator `train.dropout_bits` offers."""
+"""Dropout's keys: the paired threefry bits' stated counter layout, uniform draws, and masks that
+are a function of (seed, step) for every generator `train.dropout_bits` offers."""
 import jax
 import jax.extend.random as jex_random
 import jax.numpy as jnp

@@ -169,7 +169,8 @@ def test_a_run_without_a_checkpoint_cannot_be_packed(tmp_path, capsys):
 
 def test_committed_archives_are_not_ignored_but_checkpoints_are():
   def ignored(path):
-    return subprocess.run(["git", "check-ignore", "--no-index", "-q", path], cwd=ROOT).returncode == 0
+    return subprocess.run(["git", "check-ignore", "--no-index", "-q", path],
+                          cwd=ROOT).returncode == 0
   run_dir = "results/runs/listops/latte/paper_seed0"
   assert not ignored(f"{run_dir}/run.pack") and not ignored(f"{run_dir}/run.pack.2")
   assert ignored(f"{run_dir}/checkpoints/1500/state/d/abc")
