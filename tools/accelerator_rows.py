@@ -186,7 +186,8 @@ def metrics_summary(run_dir: Path, after: int) -> dict[str, Any]:
           "status": final.get("status"), "best_step": final.get("best_step"),
           "val_accuracy": final.get("val_accuracy"), "test_accuracy": final.get("test_accuracy"),
           "best_test_accuracy": final.get("best_test_accuracy"),
-          "stop_reason": final.get("stop_reason")}
+          "stop_reason": final.get("stop_reason"), "device": final.get("device"),
+          "jax": (final.get("versions") or {}).get("jax")}
 
 
 def advance(session: Session) -> None:
@@ -305,7 +306,8 @@ def render(report: dict[str, Any]) -> str:
   lines += [f"`{report['command']}`: budget {report['budget_s']:.0f} s, used "
             f"{report.get('wall_s', 0):.0f} s. Status: {report.get('status', 'running')}.", ""]
   if report.get("row"):
-    lines += [f"- Row: {report['row']}: `{report['row_command']}` ({report['run']})",
+    lines += [f"- Row: {report['row']}: `{report['row_command']}` ({report['run']}), on "
+              f"{report.get('device')} with JAX {report.get('jax')}",
               f"- Steps: {report.get('step_before')} -> {report.get('step')} of "
               f"{report.get('num_steps')}; {report.get('steps_per_s') or 0:.1f} steps/s "
               "(median of this call's log windows after the first)",

@@ -42,7 +42,7 @@ VARIANTS = (
 SIZES = {
     "full": dict(seq_len=2000, overrides=(), examples=dict(min_length=500, max_length=2000,
                                                            max_depth=10, max_args=10),
-                 batches=4, min_time_s=3.0, min_steps=50, sync_every=25),
+                 batches=4, min_time_s=2.0, min_steps=50, sync_every=25),
     "quick": dict(seq_len=64, overrides=("model.num_layers=1", "model.dim=32", "model.mlp_dim=64",
                                          "train.batch_size=8"),
                   examples=dict(min_length=8, max_length=60, max_depth=4, max_args=5),
