@@ -274,7 +274,8 @@ def unpack(archive: Path, results_dir: Path) -> tuple[Path, dict[str, Any]]:
         name = member.name
         if name == MANIFEST and member.offset == 0:
           continue
-        if name not in files or name in seen or not member.isfile():
+        if (name not in files or name in seen or not member.isfile() or name.startswith("/")
+            or ".." in Path(name).parts):
           raise PackError(f"{archive}: {name} is not in its manifest: not as `lra pack` wrote it")
         data = _read(tar, member)
         if _describe(data) != files[name]:

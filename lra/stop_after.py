@@ -82,6 +82,7 @@ class Deadline:
     self.first_s: float | None = None  # the first step of this process: compiling included
     self.eval_s: float | None = None  # the latest evaluation, beyond its step
     self.save_s: float | None = None  # the latest save, beyond its step
+    self.both_s: float | None = None  # the latest step that did both
     self._synced = 0  # the last step at which the host waited for the device
     self.reason = f"--stop-after {self.limit_s:g} s"
 
@@ -112,13 +113,8 @@ class Deadline:
     # An evaluation or save also pays for steps queued before it: those leave the step average.
     self._pending = [0.0, 0]
     extra = max(took - self.step_s(), 0.0)
-    if evaluates and saves:  # one part known: the rest is the other; neither: all evaluation
-      if self.save_s is not None:
-        self.eval_s = max(extra - self.save_s, 0.0)
-      elif self.eval_s is not None:
-        self.save_s = max(extra - self.eval_s, 0.0)
-      else:
-        self.eval_s = extra
+    if evaluates and saves:  # timed together: neither part on its own
+      self.both_s = extra
     elif evaluates:
       self.eval_s = extra
     else:
@@ -127,13 +123,20 @@ class Deadline:
   def next_cost_s(self, step: int) -> float:
     """The seconds to run step `step + 1` with its evaluation and save, and then to stop."""
     step_s = self.step_s()
-    cost = step_s
     following = step + 1
-    if self.schedule.evaluates(following):
-      cost += self.eval_s if self.eval_s is not None else (
-          (self.first_s or 0.0) + self.schedule.eval_batches_per_step * step_s)
+    evaluates, saves = self.schedule.evaluates(following), self.schedule.saves(following)
+    # Not timed yet: an evaluation, a compile like the first step's and its batches at the train
+    # step's cost; a save, FIRST_SAVE_GUESS_S.
+    eval_s = self.eval_s if self.eval_s is not None else (
+        self.both_s if self.both_s is not None else
+        (self.first_s or 0.0) + self.schedule.eval_batches_per_step * step_s)
     save_s = self.save_s if self.save_s is not None else FIRST_SAVE_GUESS_S
-    if self.schedule.saves(following):
+    cost = step_s
+    if evaluates and saves:
+      cost += self.both_s if self.both_s is not None else eval_s + save_s
+    elif evaluates:
+      cost += eval_s
+    elif saves:
       cost += save_s
     unpaid = step - self._synced  # dispatched since the device last caught up
     # The stop: the steps the device has not run yet, a save, its write finishing.

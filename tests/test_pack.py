@@ -54,7 +54,7 @@ def test_stopped_packed_unpacked_resumed_equals_uninterrupted(reference, tmp_pat
   clean, expected, data = reference
   place = clean.relative_to(clean.parents[3])  # runs/listops/latte/<name>
   # A step-based clock, so the stop falls on the same step on any machine: a step takes 1 s,
-  # an evaluation of a split 3 s, a save 2 s (step 9 of 20 today, after 4 evaluations).
+  # an evaluation of a split 3 s, a save 2 s (step 7 of 20 today, after 3 evaluations).
   now = [0.0]
 
   def tick(seconds):

@@ -44,7 +44,7 @@ def _cost(schedule, first=5.0, plain=1.0, evaluation=3.0, save=2.0):
 @pytest.mark.parametrize("limit", [30.0, 47.0, 61.0, 90.0])
 def test_the_stop_leaves_room_for_its_save_and_comes_late_enough(limit):
   # A log point every step: the host never runs ahead here (the next test is about that).
-  schedule = stop_after.Schedule(num_steps=1000, eval_every=10, checkpoint_every=20, log_every=1,
+  schedule = stop_after.Schedule(num_steps=1000, eval_every=10, checkpoint_every=15, log_every=1,
                                  eval_batches_per_step=2.0)
   clock = Script(10.0)  # 10 s of startup before the loop
   deadline = stop_after.Deadline(limit, schedule, started=0.0, clock=clock)
@@ -53,7 +53,8 @@ def test_the_stop_leaves_room_for_its_save_and_comes_late_enough(limit):
   assert when + 2.0 <= limit
   # Not early: once a save and an evaluation have been timed, one more step (with what it brings)
   # and then the stop's reserve (twice the save, a second) would have passed the limit.
-  if deadline.save_s is not None and deadline.eval_s is not None:
+  if limit > 50:  # by then an evaluation (step 10) and a save (step 15) have been timed
+    assert deadline.save_s == 2.0 and deadline.eval_s == 3.0
     following = _cost(schedule)(stop + 1)
     assert when + following + 2 * 2.0 + stop_after.MARGIN_S > limit, (stop, when)
 
