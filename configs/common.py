@@ -185,9 +185,11 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.train.log_every_steps = 50
   # Micro-batches per step: batch_size rows in batch_size/k slices, one update (same gradient).
   c.train.grad_accum_steps = 1
-  # Dropout's random bits: "threefry" (JAX's own; every run before 2026-11-24 used it) or
+  # Dropout's random bits: "threefry" (JAX's own; every run before 2026-11-24 used it),
   # "paired" (both words of each threefry block, half the hashing: a 10% faster CPU step for
-  # Latte 4x128 at T=2000; lra/dropout_rng.py). The masks differ, the distribution does not.
+  # Latte 4x128 at T=2000), or "rbg" / "unsafe_rbg" (XLA's RngBitGenerator, as MaxText and t5x
+  # use for dropout; its masks hold for one backend and jaxlib only; lra/dropout_rng.py). The
+  # masks differ, the distribution does not; initialisation always uses threefry.
   c.train.dropout_bits = "threefry"
 
   c.eval = ml_collections.ConfigDict()
@@ -219,6 +221,14 @@ def set_latents(c: ml_collections.ConfigDict, latents: int) -> None:
 def every_epoch(c: ml_collections.ConfigDict, steps_per_epoch: int) -> None:
   """Evaluate and checkpoint once per epoch (both papers evaluate per epoch)."""
   c.eval.every_steps = c.checkpoint.every_steps = steps_per_epoch
+
+
+# Dropout's generator under the `paper` preset, whose runs are sized for accelerators: the one
+# switch that tools/step_probe.py's timings decide (docs/accelerators.md). It is a preset value,
+# not a guess from the device found, so config.json says what ran and a run packed on a GPU
+# resumes under the same config anywhere. Flip it only between rows: a run in progress keeps the
+# masks it started with (pin its value with --config.train.dropout_bits).
+PAPER_DROPOUT_BITS = "threefry"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,6 +263,7 @@ def paper(c: ml_collections.ConfigDict, row: PaperRow, num_train: int) -> None:
   c.train.learning_rate = row.learning_rate
   c.train.weight_decay = row.weight_decay
   c.train.num_steps = row.epochs * steps_per_epoch
+  c.train.dropout_bits = PAPER_DROPOUT_BITS
   every_epoch(c, steps_per_epoch)
 
 

@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
+from lra import stop_after  # first: --stop-after counts from the command's start
 from lra import run_summary  # light: no JAX
 
 DEMO = ("listops", "latte", "demo")
@@ -83,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
   run.add_argument("task")
   run.add_argument("mixer", help=MIXER_HELP)
   _add_run_args(run)
+  run.add_argument("--stop-after", type=float, metavar="SECONDS", help="stop cleanly (a "
+                   "checkpoint, status interrupted; the same command resumes) so as to end "
+                   "within SECONDS of the command's start, e.g. a scheduler's time limit")
 
   check = sub.add_parser(
       "check", help="check one mixer against the mixer contract: a PASS/FAIL line per property "
@@ -105,6 +109,17 @@ def build_parser() -> argparse.ArgumentParser:
   evaluate.add_argument("--predictions", type=Path, metavar="FILE.npy",
                         help="also save the predicted class of every example of the split, in "
                         "the prepared split's order ([N] int32)")
+
+  packer = sub.add_parser("pack", help="write a run folder as one archive (split into 16 MiB "
+                          "parts when larger) that `lra unpack` puts back elsewhere")
+  packer.add_argument("run_dir", type=Path)
+  packer.add_argument("archive", type=Path, metavar="FILE.pack")
+  unpacker = sub.add_parser("unpack", help="put a packed run back at RESULTS_DIR/runs/TASK/"
+                            "MIXER/NAME (checked); the same `lra run` then resumes it")
+  unpacker.add_argument("archive", type=Path, metavar="FILE.pack",
+                        help="the archive, or any of its parts FILE.pack.N")
+  unpacker.add_argument("--results-dir", type=Path, help="default results/local (where `lra run` "
+                        "puts runs); `results` for the repository's committed runs")
 
   diff = sub.add_parser("diff", help="what differs between two runs: config, data, code, "
                         "versions, device, scores")
@@ -244,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
   listops.add_argument("--max-depth", type=int, default=10)
   listops.add_argument("--max-args", type=int, default=10)
   listops.add_argument("--seed", type=int, default=0)
+  listops.add_argument("--workers", type=int, default=1, help="processes: the same files, "
+                       "faster, for the default recipe (its stream states are recorded)")
   pathfinder = gen_sub.add_parser(
       "pathfinder", help="pathfinder<res>/curv_*/imgs + metadata like the release (Path-X = 128)")
   pathfinder.add_argument("--out", type=Path, required=True)
@@ -399,6 +416,9 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
   if args.command == "plot":
     from lra import plot
     return plot.main(args)
+  if args.command in ("pack", "unpack"):
+    from lra import pack
+    return pack.command(args)
   if args.command == "diff":
     from lra import run_diff
     print(run_diff.format_diff(run_diff.diff_runs(args.run_a, args.run_b), args.run_a,
@@ -432,9 +452,11 @@ def _dispatch(args: argparse.Namespace, overrides: list[str]) -> int:
   if args.command is None:
     return run_demo(args, overrides)
   if args.command == "run":
+    stop_after.check_limit(args.stop_after)
     result = run.run(args.task, args.mixer, preset=args.preset, overrides=overrides,
                      data_dir=args.data_dir, run_dir=args.run_dir,
-                     results_dir=args.results_dir, progress=not args.quiet)
+                     results_dir=args.results_dir, progress=not args.quiet,
+                     stop_after_s=args.stop_after)
     print_result(result)
     return exit_code(result)
   if args.command == "list":

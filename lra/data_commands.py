@@ -139,7 +139,7 @@ def generate(args: argparse.Namespace) -> int:
     out = listops_generator.write_release(
         args.out, num_train=args.num_train, num_val=args.num_val, num_test=args.num_test,
         min_length=args.min_length, max_length=args.max_length, max_depth=args.max_depth,
-        max_args=args.max_args, seed=args.seed, progress=True)
+        max_args=args.max_args, seed=args.seed, progress=True, workers=args.workers)
     print(f"listops: wrote {out}/basic_{{train,val,test}}.tsv\n"
           f"next: lra data prepare listops --source {out}")
     return 0

@@ -8,6 +8,13 @@ medians, three alternating pairs alone on 2 cores; results/bench/step_dropout_*.
 With these keys each threefry2x32 block gives two draws, elements j and j + D/2 of the last axis
 (D even): the same hash and key schedule, half the blocks. Counters are global element indices, so the
 draws do not depend on how the batch is sharded over devices.
+
+`rbg` and `unsafe_rbg` are JAX's keys over XLA's RngBitGenerator (MaxText and t5x draw dropout
+from `unsafe_rbg`): the bits come from one generator call per mask instead of a hash per element.
+Keys are still split and folded in as functions of (seed, step), so a resumed run draws the same
+masks; but XLA promises those bits only for one backend and compiler version, and not across
+shardings (a run resumed on other devices, or another jaxlib, draws other masks). `rbg` folds in
+the step with threefry, `unsafe_rbg` with the generator itself (cheaper, weaker key mixing).
 """
 from __future__ import annotations
 
@@ -39,15 +46,25 @@ IMPL = jex_random.define_prng_impl(
     random_bits=_random_bits, fold_in=_THREEFRY.fold_in, name="threefry2x32_paired")
 
 
-BITS = ("threefry", "paired")
+BITS = ("threefry", "paired", "rbg", "unsafe_rbg")
 
 
 def key(seed: int, bits: str = "paired") -> jax.Array:
-  """A PRNG key for dropout. bits="threefry": JAX's default key (`jax.random.PRNGKey`), as every
-  run before this option; "paired": the same threefry key data with the paired random bits."""
+  """A PRNG key for dropout (initialisation always uses `jax.random.PRNGKey`).
+
+  Args:
+    seed: the dropout seed.
+    bits: "threefry": JAX's default key (`jax.random.PRNGKey`), as every run before this option;
+      "paired": the same threefry key data with the paired random bits; "rbg" / "unsafe_rbg":
+      JAX's RngBitGenerator keys seeded with `seed`.
+  Raises:
+    ValueError: an unknown `bits`, naming the valid ones.
+  """
   if bits == "threefry":
     return jax.random.PRNGKey(seed)
+  if bits in ("rbg", "unsafe_rbg"):
+    return jax.random.key(seed, impl=bits)
   if bits != "paired":
-    raise ValueError(f"train.dropout_bits must be one of {BITS}, got {bits!r}")
+    raise ValueError(f"train.dropout_bits must be one of {', '.join(BITS)}, got {bits!r}")
   return jax.random.wrap_key_data(jax.random.key_data(jax.random.key(seed, impl="threefry2x32")),
                                   impl=IMPL)

@@ -19,7 +19,7 @@ import numpy as np
 from flax.training.train_state import TrainState
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from lra import checkpoints, memory, train, writers
+from lra import best_params, checkpoints, memory, train, writers
 from lra.run import default_data_dir, load_data
 from lra.tasks.contract.batches import indexed_eval_batches
 from lra.tasks.contract.cache import PreparedData
@@ -67,6 +67,9 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
       raise checkpoints.CheckpointDamagedError(
           f"{error}; left in place. The {other} checkpoint may be intact: lra eval {run_dir} "
           f"--checkpoint {other}") from None
+    carried = best_params.carried(run_dir) if checkpoint == "best" else None
+    if carried is not None and carried[0] > step:  # from `lra unpack`, newer than any Orbax best
+      state, step = best_params.apply(state, carried[1]), carried[0]
     if not step:
       raise FileNotFoundError(
           f"{run_dir} has no {checkpoint} checkpoint (checkpoints/ is not kept in git; rerun "

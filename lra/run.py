@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import ml_collections
 
-from lra import loggers, run_identity, run_lock, train
+from lra import loggers, run_identity, run_lock, stop_after, train
 from lra.config_loading import (data_cache_dir, default_data_dir,  # noqa: F401 (lra.run's API)
                                 default_run_dir, reference_config, resolve_config)
 from lra.memory import OutOfMemoryError
@@ -43,20 +43,24 @@ def load_data(config: ml_collections.ConfigDict, data_dir: Path,
 
 def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str] = (),
         data_dir: Path | None = None, run_dir: Path | None = None,
-        results_dir: Path = Path("results"), progress: bool = True) -> dict[str, Any]:
+        results_dir: Path = Path("results"), progress: bool = True,
+        stop_after_s: float | None = None) -> dict[str, Any]:
   """Trains and evaluates one (task, mixer) pair; resumes an unfinished run in the same dir.
+
+  `stop_after_s`: stop (resumable) so as to end within that many seconds of the command's start.
 
   The run directory is locked first (one run per folder; checked writable before anything else).
   A run that does not fit in memory leaves no folder behind if it held nothing before and no
   checkpoint now.
   """
+  stop_after.check_limit(stop_after_s)
   config = resolve_config(task, mixer, preset, overrides)
   loggers.check(config)  # a missing TensorBoard or W&B package: one line before any work
   run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir)
   fresh = not run_dir.exists() or not any(run_dir.iterdir())
   try:
     with run_lock.hold(run_dir):
-      return _run_locked(config, run_dir, data_dir, progress)
+      return _run_locked(config, run_dir, data_dir, progress, stop_after_s)
   except OutOfMemoryError:
     if fresh and not any(p.name.isdigit() for p in (run_dir / "checkpoints").glob("*")):
       shutil.rmtree(run_dir, ignore_errors=True)
@@ -64,7 +68,7 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
 
 
 def _run_locked(config: ml_collections.ConfigDict, run_dir: Path, data_dir: Path | None,
-                progress: bool) -> dict[str, Any]:
+                progress: bool, stop_after_s: float | None = None) -> dict[str, Any]:
   task, mixer, preset = config.task, config.model.mixer, config.preset
   with data_progress.quiet(not progress):  # generation and preparation show theirs unless --quiet
     data = load_data(config, data_dir or default_data_dir())
@@ -84,7 +88,8 @@ def _run_locked(config: ml_collections.ConfigDict, run_dir: Path, data_dir: Path
   if progress:
     print(f"{task} x {mixer} ({preset}): {data.spec.seq_len} tokens, "
           f"{data.num_examples('train')} train examples -> {run_dir}", file=sys.stderr)
-  return train.train_and_evaluate(config, data, run_dir, progress=progress)
+  return train.train_and_evaluate(config, data, run_dir, progress=progress,
+                                  stop_after_s=stop_after_s)
 
 
 def _describe(reasons: list[str], limit: int = 4) -> str:

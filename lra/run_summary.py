@@ -30,13 +30,19 @@ def progress(final: Mapping[str, Any]) -> str:
 
 
 def state_text(final: Mapping[str, Any]) -> str:
-  """The run's status with where it stopped, for a run that is not complete:
-  "interrupted at step 6 of 5,000, before its first evaluation"."""
+  """The state of a run that is not complete, as tables, `lra status` and the ledger name it:
+  "in progress: step 1,200 of 5,000, best so far 35.10% test at the best val step 1,000" (or
+  ", no evaluation yet"); "diverged (loss not finite) at step 6 of 5,000, before its first
+  evaluation"."""
   status = final.get("status") or "unknown"
+  if status in ("interrupted", "running"):  # a killed run's final.json still says running
+    text = f"in progress: {progress(final)}"
+    if not evaluated(final) or number(final.get("test_accuracy")) is None:
+      return text + ", no evaluation yet"
+    return (f"{text}, best so far {_pct(final.get('test_accuracy'))} test at the best val step "
+            f"{_count(number(final['best_step']))}")
   where = "diverged (loss not finite)" if status == "diverged" else status
   text = f"{where} at {progress(final)}"
-  if status == "running":  # final.json says so from the start: a killed run still says it
-    text += ", or killed there"
   return text if evaluated(final) else text + ", before its first evaluation"
 
 

@@ -33,6 +33,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra import checkpoints, distributed, dropout_rng, interrupts, memory, optim, writers
+from lra import stop_after
 from lra.config_loading import mixer_label
 from lra.loggers import open_loggers
 from lra.models.build import build_model, execution_path
@@ -396,7 +397,8 @@ class RunFiles:
 # The whole run.
 
 def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, run_dir: Path,
-                       *, progress: bool = True) -> dict[str, Any]:
+                       *, progress: bool = True,
+                       stop_after_s: float | None = None) -> dict[str, Any]:
   """Trains `config.model` on `data`, writing config.json, metrics.jsonl and final.json.
 
   Resumes from the latest checkpoint in `run_dir` if there is one, so the scores equal those of
@@ -404,7 +406,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
   test accuracy at the best val step, and the best test accuracy over evaluations. Ctrl-C or
   SIGTERM saves a checkpoint and returns status "interrupted"; a non-finite training loss returns
   status "diverged". Every process of a multi-host run calls this; only process 0 writes files.
-  Returns final.json's dict.
+  With `stop_after_s` it also stops so as to end before that many seconds since the command began
+  (lra.stop_after), as after Ctrl-C. Returns final.json's dict.
   """
   run_dir = Path(run_dir)
   s = setup(config, data.spec)
@@ -422,7 +425,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
       print(f"lra: {run_dir} reached step {files.replaced_step} but holds no checkpoint "
             f"(checkpoints/ is ignored by git unless added with git add -f): starting again "
             f"from step 0", file=sys.stderr)
-    return _loop(config, data, s, state, book, start_step, ckpt, files, bar)
+    return _loop(config, data, s, state, book, start_step, ckpt, files, bar, stop_after_s)
   except distributed.PeerLost:
     ckpt = None  # closing waits for saves in flight, whose barriers need the lost process
     raise
@@ -443,7 +446,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
 
 def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state: TrainState,
           book: Book, step: int, ckpt: checkpoints.Checkpointer, files: RunFiles,
-          bar: Progress) -> dict[str, Any]:
+          bar: Progress, stop_after_s: float | None = None) -> dict[str, Any]:
   """Phase 3: from `step` to the end of training (or a stop); returns final.json's dict."""
   tc = config.train
   started = time.time()
@@ -473,8 +476,12 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
     files.final(status, step, book, None, wall(), rate, stop_reason=reason, write=write)
 
   fit = _Fit(config)
+  deadline = None if stop_after_s is None else stop_after.for_run(
+      stop_after_s, config, data.num_examples("val") + data.num_examples("test"))
   with interrupts.StopRequest() as stop, _faults_end_the_run(ended, ckpt, fit, files.run_dir):
     fit.need = check_fits(config, s, state, data.spec)
+    if deadline is not None:
+      deadline.start(step)
     while step < tc.num_steps:
       batch = next(stream)
       if agree:
@@ -521,6 +528,8 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
                       f"{metrics['test/accuracy']:.4f}")
       if step % config.checkpoint.every_steps == 0 or step == tc.num_steps:
         save(step, window)
+      if deadline is not None and deadline.should_stop(step) and not stop.requested:
+        stop.requested, stop.signal_name = True, deadline.reason
       requested = (bool(jax.device_get(previous_flag)) if previous_flag is not None
                    else stop.requested and not agree)
       if requested and step < tc.num_steps:

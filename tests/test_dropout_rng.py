@@ -1,4 +1,5 @@
-"""Dropout's paired threefry bits: the stated counter layout, uniform, and a function of the step."""
+"""Dropout's keys: the paired threefry bits' stated counter layout, uniform draws, and masks that
+are a function of (seed, step) for every generator `train.dropout_bits` offers."""
 import jax
 import jax.extend.random as jex_random
 import jax.numpy as jnp
@@ -36,13 +37,14 @@ def test_paired_draws_are_uniform_and_uncorrelated():
   assert abs(np.corrcoef(u[..., :64].ravel(), u[..., 64:].ravel())[0, 1]) < 0.01
 
 
-def test_dropout_masks_are_a_function_of_the_step(tmp_path):
+@pytest.mark.parametrize("bits", dropout_rng.BITS)
+def test_dropout_masks_are_a_function_of_the_step(tmp_path, bits):
   config = run.resolve_config("listops", "latte", "smoke", ["model.dropout=0.5"])
   data = run.load_data(config, tmp_path, log=lambda _: None)
   model = build_model(config, data.spec)
   params = model.init(jax.random.PRNGKey(0), train.example_batch(data.spec, 1),
                       deterministic=True)["params"]
-  step, _ = train.make_steps(model, distributed.data_mesh(), dropout_seed=1, dropout_bits="paired")
+  step, _ = train.make_steps(model, distributed.data_mesh(), dropout_seed=1, dropout_bits=bits)
   batch = next(train_batches(data.split("train"), data.spec, 16, seed=0))
   losses = []
   for at in (4, 4, 5):
@@ -60,5 +62,19 @@ def test_threefry_is_jaxs_default_key_and_unknown_names_fail():
   # The paired key holds the same key data: only the way bits are drawn from it differs.
   np.testing.assert_array_equal(jax.random.key_data(dropout_rng.key(5, "paired")),
                                 jax.random.key_data(jax.random.PRNGKey(5)))
-  with pytest.raises(ValueError, match="dropout_bits"):
+  with pytest.raises(ValueError, match="one of threefry, paired, rbg, unsafe_rbg, got 'philox'"):
     dropout_rng.key(5, "philox")
+
+
+@pytest.mark.parametrize("bits", ["rbg", "unsafe_rbg"])
+def test_rbg_keys_are_seeded_uniform_and_not_threefrys(bits):
+  first, again = dropout_rng.key(7, bits), dropout_rng.key(7, bits)
+  draw = lambda k, step: np.asarray(  # noqa: E731
+      jax.random.bernoulli(jax.random.fold_in(k, step), 0.9, (64, 125, 128)))
+  np.testing.assert_array_equal(draw(first, 3), draw(again, 3))  # same seed, same mask
+  assert (draw(first, 3) != draw(first, 4)).any()  # another step, another mask
+  assert (draw(first, 3) != draw(dropout_rng.key(8, bits), 3)).any()
+  assert abs(draw(first, 3).mean() - 0.9) < 0.002  # 1M draws
+  # Another generator than threefry's: the same seed gives other masks.
+  assert (draw(first, 3) != draw(dropout_rng.key(7, "threefry"), 3)).any()
+  assert jax.random.key_impl(first) == jax.random.key_impl(jax.random.key(0, impl=bits))

@@ -1,4 +1,5 @@
 """ListOps: generator labels, release parsing, vocabulary stability, clear errors."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,32 @@ def test_missing_data_names_the_command(tmp_path):
     PreparedData(tmp_path / "nothing", hint=listops.TASK.data_hint)
   with pytest.raises(FileNotFoundError, match="lra data generate listops"):
     listops.prepare(tmp_path / "empty", tmp_path / "cache")
+
+
+def test_many_workers_generate_the_one_core_examples_from_recorded_states():
+  from lra.tasks.generators import listops_states
+  params = dict(min_length=20, max_length=120, max_depth=6, max_args=5, seed=3)
+  states = listops_states.record({**params, "num_examples": 95}, chunk=20)
+  assert len(states["states"]) == 1 + 5  # the seed's, after 20, 40, 60, 80 and 95 examples
+  sequential = listops_generator.generate_examples(95, **params)
+  assert listops_states.generate(95, workers=2, states=states, **params) == sequential
+  # A recorded state that the stream does not reach: the chunks are not trusted (one core then).
+  recorded = states["states"]
+  broken = dict(states, states=recorded[:3] + recorded[4:5] * 2 + recorded[5:])
+  assert listops_states.generate(95, workers=2, states=broken, **params) is None
+  # Another recipe than the recorded one: not for these states.
+  assert listops_states.generate(95, workers=2, states=states, **{**params, "seed": 4}) is None
+
+
+@pytest.mark.slow
+def test_the_committed_states_are_the_default_recipes_stream():
+  # One chunk of the LRA-size recipe (5,000 examples, ~5 s of one core): the first, whose start
+  # is the seed's, must end where the committed file says the second begins.
+  import random
+  from lra.tasks.generators import listops_states
+  recorded = json.loads(listops_states.STATES_FILE.read_text())
+  assert recorded["recipe"] == listops_states.DEFAULT_RECIPE
+  assert len(recorded["states"]) == 1 + 100_000 // recorded["chunk"]
+  assert listops_states._decode(recorded["states"][0]) == random.Random(0).getstate()
+  params = {k: v for k, v in recorded["recipe"].items() if k not in ("num_examples", "seed")}
+  listops_states._chunk(recorded["states"][0], recorded["states"][1], recorded["chunk"], params)

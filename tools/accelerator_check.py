@@ -14,6 +14,8 @@ picks some, and they share the whole budget):
          while the tests and the bench use the accelerator;
   probe  tools/pathfinder_probe.py --model resnet18 for the time left (skipped, with the reason,
          where that probe or its data is missing).
+  steps  (only when --phases names it; first) tools/step_probe.py: the paper ListOps Latte step
+         timed per lever (dropout generators, bf16, dropout 0), its XLA costs and a trace.
 It writes report.md and report.json (device, versions, commit, every phase's results, partial
 ones included) and the phases' logs into one folder, default results/accelerator/<date>_<device>/;
 the report is rewritten after every phase, so a check stopped from outside still leaves one.
@@ -42,9 +44,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("tests", "bench", "run", "probe")
+OPTIONAL_PHASES = ("steps",)  # run only when --phases names them, before the others
 # Each phase's share of the budget; a phase must end by the sum of its own and the earlier
 # phases' shares, counted from the start.
-SHARES = {"tests": 0.2, "bench": 0.3, "run": 0.35, "probe": 0.15}
+SHARES = {"tests": 0.2, "bench": 0.3, "run": 0.35, "probe": 0.15, "steps": 0.5}
 RESERVE_S = 10  # for the last report after the last phase
 # The files of the GPU run of 2026-11-26 (7 failures among them, names lost); tests/*.py naming a
 # registered mixer and files with `gpu`-marked tests are added to these.
@@ -367,6 +370,41 @@ def phase_probe(ctx: "Check", deadline: float) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Phase e (opt-in): the step probe.
+
+def phase_steps(ctx: "Check", deadline: float) -> dict[str, Any]:
+  """tools/step_probe.py in its own process (the accelerator is free again after it), writing
+  step_probe.json and step_probe.md beside the report."""
+  budget = int(deadline - time.monotonic() - 10)
+  if budget < 30:
+    return {"status": "skipped: too little time left"}
+  cmd = [sys.executable, str(REPO / "tools" / "step_probe.py"), "--out", str(ctx.out),
+         "--budget-s", str(budget), *(["--quick"] if ctx.quick else [])]
+  proc = ctx.children.start(cmd, ctx.out / "steps.log")
+  finished = ctx.children.wait(proc, deadline)
+  path = ctx.out / "step_probe.json"
+  probe = json.loads(path.read_text()) if path.exists() else {}
+  ran = [v for v in probe.get("variants", []) if v.get("status") == "ok"]
+  return {"command": "python " + shlex.join(cmd[1:]).replace(str(REPO) + "/", ""),
+          "variants": [{k: v.get(k) for k in ("variant", "status", "steps_per_s", "compile_s",
+                                               "tb_per_s")} for v in probe.get("variants", [])],
+          "decision": probe.get("decision", []), "exit_code": proc.returncode,
+          "status": ("done" if finished and proc.returncode == 0 else
+                     "partial: stopped at its time limit" if not finished else
+                     f"failed (exit {proc.returncode}; see steps.log)")
+          + ("" if ran else ": no variant timed")}
+
+
+def _steps_md(p: dict[str, Any]) -> list[str]:
+  lines = [f"`{p['command']}`; the whole report: step_probe.md.", "",
+           "| variant | status | steps/s | compile s | TB/s |", "|---|---|---:|---:|---:|"]
+  lines += [f"| {v['variant']} | {v['status']} | {_n(v.get('steps_per_s'), '.2f')} | "
+            f"{_n(v.get('compile_s'), '.1f')} | {_n(v.get('tb_per_s'), '.3f')} |"
+            for v in p["variants"]]
+  return lines + [""] + [f"- {line}" for line in p["decision"]]
+
+
+# ---------------------------------------------------------------------------------------------
 # The check and its report.
 
 class Check:
@@ -376,7 +414,7 @@ class Check:
     self.args, self.quick = args, args.quick
     self.sizes = SIZES["quick" if args.quick else "full"]
     self.start = time.monotonic()
-    self.phases = [p for p in PHASES if p in args.phases.split(",")]
+    self.phases = [p for p in (*OPTIONAL_PHASES, *PHASES) if p in args.phases.split(",")]
     self.children = Children()
     self.work = Path(tempfile.mkdtemp(prefix="lra_check_"))
     self.env: dict[str, Any] = {}
@@ -426,7 +464,8 @@ def run_check(args: argparse.Namespace) -> Path:
     check.listops.start()
   if "probe" in check.phases and check.pathfinder:
     check.pathfinder.start()
-  runners = {"tests": phase_tests, "bench": phase_bench, "run": phase_run, "probe": phase_probe}
+  runners = {"tests": phase_tests, "bench": phase_bench, "run": phase_run, "probe": phase_probe,
+             "steps": phase_steps}
   try:
     for name in check.phases:
       deadline = check.deadline(name)
@@ -482,8 +521,9 @@ def render(report: dict[str, Any]) -> str:
       + " | ".join(str(versions.get(v) or "-") for v in VERSIONS) + " |", ""]
   if "error" in env:
     lines += [f"JAX found no device: {env['error']}", ""]
-  renderers = {"tests": _tests_md, "bench": _bench_md, "run": _run_md, "probe": _probe_md}
-  for name in PHASES:
+  renderers = {"tests": _tests_md, "bench": _bench_md, "run": _run_md, "probe": _probe_md,
+               "steps": _steps_md}
+  for name in (*OPTIONAL_PHASES, *PHASES):
     if name in phases:
       p = phases[name]
       lines += [f"## {name}: {p['status']} ({p.get('seconds', 0):.0f} s)", ""]
@@ -558,7 +598,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser.add_argument("--out", type=Path, help="report folder (default "
                       "results/accelerator/<date>_<device>[_quick])")
   parser.add_argument("--phases", default=",".join(PHASES), help="a subset of "
-                      + ",".join(PHASES))
+                      + ",".join(PHASES) + ", or steps (the step probe; never by default)")
   parser.add_argument("--commit", help="the commit checked (default: git rev-parse HEAD)")
   parser.add_argument("--pathfinder-cache", type=Path, help="a prepared Pathfinder cache for "
                       "the probe")
@@ -578,9 +618,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   if args.pathfinder_generate is None:
     given = args.quick or args.pathfinder_cache or args.probe_args
     args.pathfinder_generate = 0 if given else PATHFINDER_IMAGES
-  unknown = set(args.phases.split(",")) - set(PHASES)
+  unknown = set(args.phases.split(",")) - set(PHASES) - set(OPTIONAL_PHASES)
   if unknown:
-    parser.error(f"--phases: expected some of {','.join(PHASES)}, found {','.join(unknown)}")
+    parser.error(f"--phases: expected some of {','.join(OPTIONAL_PHASES + PHASES)}, found "
+                 f"{','.join(unknown)}")
   return args
 
 

@@ -8,21 +8,5 @@ out=${1:?usage: bash tools/accelerator_check.sh OUT_DIR [COMMIT] [accelerator_ch
 shift
 commit=${1:-}
 [ $# -gt 0 ] && shift
-py=${PYTHON:-python3}
-if ls .whl/*.whl >/dev/null 2>&1; then
-  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || { echo "accelerator_check.sh: installing .whl/ failed" >&2; exit 1; }
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-# The suite itself, editable: lra.models, lra.tasks and lra.configs are the repository's folders.
-if ! "$py" -m pip install -q --no-deps --no-build-isolation -e . >/tmp/lra_install.log 2>&1; then
-  # No build tools there: the same one `lra` package made of links. PYTHONSAFEPATH keeps
-  # `python -m` from finding the checkout's bare lra/ (without models/) first.
-  echo "accelerator_check.sh: 'pip install -e .' failed (/tmp/lra_install.log); linking" >&2
-  rm -rf /tmp/lra_pkg && mkdir -p /tmp/lra_pkg/lra && ln -s "$PWD"/lra/* /tmp/lra_pkg/lra/ &&
-    for d in models tasks configs; do ln -s "$PWD/$d" /tmp/lra_pkg/lra/$d; done || exit 1
-  export PYTHONPATH=/tmp/lra_pkg${PYTHONPATH:+:$PYTHONPATH} PYTHONSAFEPATH=1
-fi
-# Tests, bench records and the run share the accelerator one after another: take memory as needed.
-export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
+. tools/accelerator_env.sh accelerator_check.sh
 exec "$py" tools/accelerator_check.py --out "$out" ${commit:+--commit "$commit"} "$@"

@@ -93,8 +93,12 @@ def generate_examples(num_examples: int, *, min_length: int = 500, max_length: i
 
 
 def write_release(out_dir: Path, *, num_train: int = 96_000, num_val: int = 2_000,
-                  num_test: int = 2_000, progress: bool = False, **params) -> Path:
+                  num_test: int = 2_000, progress: bool = False, workers: int = 1,
+                  **params) -> Path:
   """Writes basic_{train,val,test}.tsv (header `Source<TAB>Target`), split in generation order.
+
+  `workers` > 1 generates the same files on that many processes where the recipe's stream states
+  are recorded (tasks/generators/listops_states.py: the default recipe), else on one.
 
   The folder is replaced whole (tasks.contract.atomic), so an interrupted run leaves the previous
   files or none, never a mix of two seeds; it must therefore hold nothing but these files.
@@ -107,7 +111,12 @@ def write_release(out_dir: Path, *, num_train: int = 96_000, num_val: int = 2_00
     raise FileExistsError(f"{out_dir} holds other files ({', '.join(others[:3])}); the generator "
                           f"replaces the whole folder. Pass a new or empty --out folder.")
   counts = {"train": num_train, "val": num_val, "test": num_test}
-  examples = generate_examples(sum(counts.values()), progress=progress, **params)
+  examples = None
+  if workers > 1:
+    from lra.tasks.generators import listops_states  # pylint: disable=import-outside-toplevel
+    examples = listops_states.generate(sum(counts.values()), workers=workers, **params)
+  if examples is None:
+    examples = generate_examples(sum(counts.values()), progress=progress, **params)
   with replacing(out_dir) as folder:
     start = 0
     for split in SPLITS:

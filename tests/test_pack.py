@@ -1,0 +1,177 @@
+"""`lra run --stop-after`, `lra pack` and `lra unpack`: a run stopped by its deadline, packed in
+parts, unpacked into a fresh results folder (another clone) and resumed ends as an uninterrupted
+run, bit for bit; a finished run's archive lets `lra eval` reproduce its score."""
+import io
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from lra import checkpoints, pack, run, stop_after, train
+from lra.cli import main
+from lra.writers import read_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+# Dropout on, from the rbg generator: a resumed run must draw the masks the uninterrupted one did.
+OVERRIDES = ["model.dropout=0.1", "train.dropout_bits=unsafe_rbg", "train.num_steps=20",
+             "eval.every_steps=2", "train.log_every_steps=1", "checkpoint.every_steps=2"]
+SCORES = ("status", "step", "best_step", "val_accuracy", "test_accuracy", "best_test_accuracy",
+          "best_test_step", "test_accuracy_last")
+
+
+def _args(results, *extra):
+  return ["run", "listops", "latte", "--preset", "smoke", "--quiet", "--data-dir", str(results[1]),
+          "--results-dir", str(results[0]), *extra, *(f"--config.{o}" for o in OVERRIDES)]
+
+
+def _state(run_dir: Path, step: int) -> dict:
+  with ocp.PyTreeCheckpointer() as reader:
+    return reader.restore((run_dir / "checkpoints" / str(step) / "state").resolve())
+
+
+def _curve(run_dir: Path) -> list[dict]:
+  return [{k: v for k, v in r.items() if k != "train/steps_per_s"}
+          for r in read_metrics(run_dir / "metrics.jsonl")]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  root = tmp_path_factory.mktemp("reference")
+  result = run.run("listops", "latte", preset="smoke", overrides=OVERRIDES, data_dir=root / "data",
+                   results_dir=root / "results", progress=False)
+  assert result["status"] == "complete"
+  run_dir, = (root / "results" / "runs" / "listops" / "latte").iterdir()
+  return run_dir, result, root / "data"
+
+
+def test_stopped_packed_unpacked_resumed_equals_uninterrupted(reference, tmp_path, monkeypatch,
+                                                               capsys):
+  clean, expected, data = reference
+  place = clean.relative_to(clean.parents[3])  # runs/listops/latte/<name>
+  # A step-based clock, so the stop falls on the same step on any machine: a step takes 1 s,
+  # an evaluation of a split 3 s, a save 2 s (step 7 of 20 today, after 3 evaluations).
+  now = [0.0]
+
+  def tick(seconds):
+    now[0] += seconds
+    return now[0]
+  monkeypatch.setattr(stop_after, "_clock", lambda: tick(1.0))
+  monkeypatch.setattr(stop_after, "STARTED", 0.0)
+  evaluate, save = train.evaluate, checkpoints.Checkpointer.save
+  monkeypatch.setattr(train, "evaluate", lambda *a, **k: (tick(3.0), evaluate(*a, **k))[1])
+  monkeypatch.setattr(checkpoints.Checkpointer, "save", lambda self, *a, **k: (
+      k.get("best") or tick(2.0), save(self, *a, **k))[1])
+  first = (tmp_path / "a" / "results", data)
+  assert main(_args(first, "--stop-after", "50")) == 130
+  stopped_dir = first[0] / place
+  stopped = json.loads((stopped_dir / "final.json").read_text())
+  assert stopped["status"] == "interrupted" and stopped["stop_reason"] == "--stop-after 50 s"
+  assert 4 <= stopped["step"] < 20 and stopped["best_step"] > 0
+  monkeypatch.undo()
+  assert "saved: the same command resumes it" in capsys.readouterr().out
+
+  # Small parts, so the archive is split and unpacking must join them.
+  monkeypatch.setattr(pack, "PART_BYTES", 40_000)
+  out = tmp_path / "out"
+  assert main(["pack", str(stopped_dir), str(out / "row.pack")]) == 0
+  parts = sorted(out.iterdir())
+  assert len(parts) > 1 and all(p.name.startswith("row.pack.") for p in parts)
+  assert all(p.stat().st_size <= 40_000 for p in parts)
+  manifest = pack.read_manifest(out / "row.pack")
+  assert manifest["run"] == place.as_posix() and manifest["checkpoint_step"] == stopped["step"]
+  assert manifest["best_step"] == stopped["best_step"]
+
+  # Another clone: nothing but the archive and the data.
+  second = (tmp_path / "b" / "results", data)
+  assert main(["unpack", str(parts[1]), "--results-dir", str(second[0])]) == 0
+  resumed_dir = second[0] / place
+  assert (resumed_dir / "checkpoints" / str(stopped["step"])).is_dir()
+  capsys.readouterr()
+  assert main([a for a in _args(second) if a != "--quiet"]) == 0
+  assert f"resuming {resumed_dir} from step {stopped['step']}" in capsys.readouterr().err
+  resumed = json.loads((resumed_dir / "final.json").read_text())
+  for key in SCORES:
+    assert resumed[key] == expected[key], key
+  assert _curve(resumed_dir) == _curve(clean)
+  ours, theirs = _state(resumed_dir, 20), _state(clean, 20)
+  assert len(jax.tree.leaves(ours)) == len(jax.tree.leaves(theirs)) > 0
+  for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):  # params and optimizer state
+    assert np.asarray(a).tobytes() == np.asarray(b).tobytes()  # bit for bit
+
+  # The finished run packs without its optimizer state; `lra eval` scores it from the archive.
+  assert main(["pack", str(resumed_dir), str(out / "done.pack")]) == 0
+  done = pack.read_manifest(out / "done.pack")
+  assert done["status"] == "complete" and done["checkpoint_step"] is None
+  assert not any(name.startswith("checkpoints/20/") for name in done["files"])
+  third = tmp_path / "c" / "results"
+  assert main(["unpack", str(out / "done.pack"), "--results-dir", str(third)]) == 0
+  capsys.readouterr()
+  assert main(["eval", str(third / place), "--data-dir", str(data)]) == 0
+  said = capsys.readouterr().out
+  assert f"best checkpoint (step {expected['best_step']})" in said
+  assert f"accuracy {100 * expected['test_accuracy']:.2f}%" in said
+
+
+def test_a_damaged_or_missing_part_and_a_folder_with_state_are_refused(reference, tmp_path,
+                                                                        monkeypatch, capsys):
+  clean = reference[0]
+  monkeypatch.setattr(pack, "PART_BYTES", 20_000)
+  written = pack.pack(clean, tmp_path / "x.pack")
+  assert len(written) >= 3
+  # A changed byte in the data of the best parameters: named, nothing written.
+  whole = b"".join(part.read_bytes() for part in written)
+  with tarfile.open(fileobj=io.BytesIO(whole)) as tar:
+    member = next(m for m in tar.getmembers() if m.name.endswith(".msgpack"))
+  at = member.offset_data + member.size // 2
+  damaged = bytearray(whole)
+  damaged[at] ^= 0xFF
+  changed = tmp_path / "changed"
+  changed.mkdir()
+  for index, part in enumerate(written):
+    (changed / part.name).write_bytes(damaged[index * 20_000:(index + 1) * 20_000])
+  results = tmp_path / "results"
+  assert main(["unpack", str(changed / "x.pack"), "--results-dir", str(results)]) == 2
+  err = capsys.readouterr().err
+  assert err == (f"lra: error: {changed / 'x.pack'}: {member.name} differs from what was packed "
+                 "(size or sha256): copy the archive and every part again\n"), err
+  assert not (results / "runs").exists()
+  # A missing middle part.
+  written[1].unlink()
+  assert main(["unpack", str(written[0]), "--results-dir", str(results)]) == 2
+  assert "part x.pack.2 is missing (found parts 1, 3" in capsys.readouterr().err
+  # A run folder there that holds state already.
+  whole = pack.pack(clean, tmp_path / "y.pack")
+  assert main(["unpack", str(whole[0]), "--results-dir", str(results)]) == 0
+  assert main(["unpack", str(whole[0]), "--results-dir", str(results)]) == 2
+  err = capsys.readouterr().err
+  assert "already holds checkpoints" in err and "unpacking would mix two states" in err
+  # Packing again replaces every part of the older archive of that name.
+  monkeypatch.setattr(pack, "PART_BYTES", 10**9)
+  again = pack.pack(clean, tmp_path / "x.pack")
+  assert again == [tmp_path / "x.pack"] and not list(tmp_path.glob("x.pack.*"))
+
+
+def test_a_run_without_a_checkpoint_cannot_be_packed(tmp_path, capsys):
+  run_dir = tmp_path / "runs" / "listops" / "latte" / "r"
+  run_dir.mkdir(parents=True)
+  (run_dir / "config.json").write_text(json.dumps({"task": "listops"}))
+  (run_dir / "final.json").write_text(json.dumps({"status": "interrupted", "step": 3}))
+  assert main(["pack", str(run_dir), str(tmp_path / "r.pack")]) == 2
+  assert "holds no checkpoint" in capsys.readouterr().err
+  assert main(["pack", str(tmp_path), str(tmp_path / "r.pack")]) == 2
+  assert "is not a run folder (no config.json)" in capsys.readouterr().err
+
+
+def test_committed_archives_are_not_ignored_but_checkpoints_are():
+  def ignored(path):
+    return subprocess.run(["git", "check-ignore", "--no-index", "-q", path],
+                          cwd=ROOT).returncode == 0
+  run_dir = "results/runs/listops/latte/paper_seed0"
+  assert not ignored(f"{run_dir}/run.pack") and not ignored(f"{run_dir}/run.pack.2")
+  assert ignored(f"{run_dir}/checkpoints/1500/state/d/abc")
+  assert ignored(f"{run_dir}/checkpoints/best_params/1500.msgpack")
