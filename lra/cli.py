@@ -162,9 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "(default: paper, and every preset with a run)")
   status.add_argument("--mine-only", action="store_true", help="leave out the repository's "
                       "committed runs")
-  status.add_argument("--ledger", type=Path, help="CSV of paper rows' accelerator costs "
-                      "(columns task, mixer, cost; default: the repository's results/ledger.csv "
-                      "when there is one)")
+  status.add_argument("--ledger", type=Path, help="the ledger of paper rows whose accelerator "
+                      "costs the cells show (default: the repository's results/ledger.json)")
 
   sweep = sub.add_parser(
       "sweep", help="every (task, mixer, seed) run: print, run or emit a Slurm array; complete "

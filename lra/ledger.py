@@ -88,6 +88,21 @@ def status(row: dict[str, Any], results_dir: Path) -> str:
   return run_summary.state_text(result)
 
 
+def cell_costs(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], str]:
+  """{(task, mixer, preset): "~22 min on an H200 (measured)"}: what `lra status` appends to the
+  cell a row will fill (the first row of a cell when several seeds share it)."""
+  costs = {}
+  for row in rows:
+    words = shlex.split(row["command"])
+    preset = words[words.index("--preset") + 1] if "--preset" in words else "paper"
+    h200 = minutes(row, "h200")
+    if h200 is not None:
+      measured = row["cost"]["h200"]["source"].startswith("measured")
+      costs.setdefault((words[2], words[3], preset), f"~{_duration(h200)} on an H200 "
+                       f"({'measured' if measured else 'estimate'})")
+  return costs
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
   """The ledger as the table docs/accelerators.md shows (without progress: `--status` has it)."""
   lines = ["| # | row | command | steps | H200 | H100 | loans (H200) | source |",

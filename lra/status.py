@@ -1,47 +1,36 @@
 """`lra status`: the task x mixer grid of each preset, one cell per (task, mixer, preset): complete
 (its score), in progress (step of steps), stopped (diverged or failed) or not run, for your runs and
-the repository's committed ones (their own rows, marked), with each `paper` row's accelerator cost
-where the ledger knows it.
+the repository's committed ones (their own rows, marked), with the accelerator cost of each row
+the ledger of paper rows (results/ledger.json) lists.
 
 Read from final.json only (every run writes one when it starts), so a status costs no JAX.
 """
 from __future__ import annotations
 
-import csv
 import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from lra import results, run_summary
+from lra import ledger, results, run_summary
 from lra.table_rules import COMMITTED, LRA_TASKS, OURS, TASK_TITLES
 from lra.tables import load_published
 
 # The grid that is always shown, run or not: the papers' protocol on the LRA tasks.
 ALWAYS = "paper"
-# Where the ledger of paper rows sits in the repository (results/ holds what was measured).
-LEDGER_NAME = "ledger.csv"
 NOT_RUN = "not run"
 
 
-def paper_costs(ledger: Path | None) -> dict[tuple[str, str], str]:
-  """The accelerator cost of each `paper` row the ledger names: {(task, mixer): text}.
-
-  The ledger is a CSV with at least the columns `task`, `mixer` and `cost` (free text, e.g.
-  "~21 min on an H200 (measured)"); lines starting with `#` are comments, other columns are
-  ignored. An absent file, or one without those columns, gives {}: the grid then shows no cost.
-  """
-  if ledger is None or not ledger.is_file():
+def ledger_costs(path: Path | None) -> dict[tuple[str, str, str], str]:
+  """The accelerator cost of each row of the ledger of paper rows (results/ledger.json), keyed by
+  the cell it fills: {(task, mixer, preset): text}; {} without a ledger (no costs shown)."""
+  if path is None or not path.is_file():
     return {}
-  with open(ledger, newline="") as f:
-    rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
-  if not rows or not {"task", "mixer", "cost"} <= set(rows[0]):
-    return {}
-  return {(r["task"], r["mixer"]): r["cost"] for r in rows if r["cost"]}
+  return ledger.cell_costs(ledger.load(path))
 
 
 def default_ledger() -> Path | None:
   committed = results.committed_results_dir()
-  return committed / LEDGER_NAME if committed else None
+  return committed / ledger.LEDGER.name if committed else None
 
 
 def _finals(results_dir: Path | None) -> list[dict[str, Any]]:
@@ -87,7 +76,7 @@ def _variant(run: Mapping[str, Any]) -> str:
 
 def grid(yours: Iterable[Mapping[str, Any]], committed: Iterable[Mapping[str, Any]],
          presets: Sequence[str] | None = None, mixers: Sequence[str] = (),
-         costs: Mapping[tuple[str, str], str] | None = None) -> dict[str, list[list[str]]]:
+         costs: Mapping[tuple[str, str, str], str] | None = None) -> dict[str, list[list[str]]]:
   """{preset: rows}, each table's first row its header (mixer, then one column per task).
 
   A row is one mixer (with its variant, see _variant) in one folder: yours, or the committed
@@ -97,7 +86,7 @@ def grid(yours: Iterable[Mapping[str, Any]], committed: Iterable[Mapping[str, An
     yours, committed: final.json records (results.load_runs rows) of each folder.
     presets: the grids to show (default: `paper`, then every preset with a run).
     mixers: the mixers every `paper` grid lists, run or not, in this order (then the others).
-    costs: paper_costs; appended in brackets to the `paper` cells they name.
+    costs: ledger_costs; appended in brackets to the cells they name.
   """
   runs = [dict(r, source=OURS) for r in yours] + [dict(r, source=COMMITTED) for r in committed]
   if presets is None:
@@ -119,7 +108,7 @@ def grid(yours: Iterable[Mapping[str, Any]], committed: Iterable[Mapping[str, An
       for task in tasks:
         text = cell([r for r in mine if (r["mixer"], _variant(r), r["source"], r["task"]) ==
                      (mixer, variant, source, task)])
-        cost = (costs or {}).get((task, mixer)) if preset == ALWAYS and not variant else None
+        cost = None if variant else (costs or {}).get((task, mixer, preset))
         row.append(text + (f" [{cost}]" if cost else ""))
       rows.append(row)
     tables[preset] = rows
@@ -148,7 +137,7 @@ def registered_mixers() -> list[str]:
 
 
 def main(results_dir: Path, committed: Path | None, presets: Sequence[str] | None,
-         ledger: Path | None) -> int:
+         ledger_path: Path | None) -> int:
   """The `lra status` subcommand (flags in lra.cli): prints the grids."""
   from lra.configs.common import CPU_PRESETS, PRESETS, PUBLISHED_PRESETS
   known = PRESETS + CPU_PRESETS + PUBLISHED_PRESETS
@@ -158,13 +147,13 @@ def main(results_dir: Path, committed: Path | None, presets: Sequence[str] | Non
                      f"{', '.join(known)}")
   yours = _finals(results_dir)
   theirs = _finals(committed)
-  costs = paper_costs(ledger)
+  costs = ledger_costs(ledger_path)
   print(f"lra status: your runs in {results_dir / 'runs'}/"
         + (f"; the repository's committed runs in {committed / 'runs'}/ (rows marked "
            "committed)" if committed else "")
         + ". Cells: complete = test accuracy (%) at the best val step, mean over seeds (n); in "
         "progress = step of steps; diverged or failed = where it stopped; not run."
-        + (f" [..] = a paper row's accelerator cost ({ledger})." if costs else ""))
+        + (f" [..] = a paper row's accelerator cost ({ledger_path})." if costs else ""))
   print()
   print(render(grid(yours, theirs, presets, registered_mixers(), costs)))
   return 0

@@ -1,5 +1,7 @@
 """`lra status`: the task x mixer grid per preset, yours beside the committed runs, with the
 ledger's accelerator costs on `paper` cells."""
+import json
+
 import pytest
 
 from lra import status
@@ -33,10 +35,14 @@ def folders(tmp_path):
   write_run(committed, "listops", "softmax", "laptop", 0, 0.365)
   write_run(committed, "listops", "softmax", "laptop", 0, 0.99,  # another experiment: own row
             run="laptop+model.num_layers=4_seed0")
-  ledger = tmp_path / "ledger.csv"
-  ledger.write_text("# paper rows and what they cost\ntask,mixer,preset,cost,next\n"
-                    "listops,latte,paper,~21 min on an H200 (measured),\n"
-                    "text,softmax,paper,~3 h on an H200 (estimated),yes\n")
+  ledger = tmp_path / "ledger.json"
+  row = {"why": "", "spec": {}, "eval_rows": 0}
+  ledger.write_text(json.dumps({"rows": [
+      {**row, "id": "a", "command": "lra run listops latte --preset paper",
+       "run": "runs/listops/latte/paper_seed0", "steps": 75000,
+       "cost": {"h200": {"steps_per_s": 58.5, "eval_s": 18, "source": "measured here"}}},
+      {**row, "id": "b", "command": "lra run text softmax", "run": "runs/text/softmax/paper_seed0",
+       "steps": 36000, "cost": {"h200": {"steps_per_s": 2.0, "source": "estimate"}}}]}))
   return mine, committed, ledger
 
 
@@ -46,10 +52,10 @@ def test_the_grid_says_complete_in_progress_stopped_or_not_run(folders, capsys):
   out = capsys.readouterr().out
   header, paper = _rows(out, "paper")
   assert header == ["mixer", "ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Path-X"]
-  assert paper["latte"][:2] == ["42.00 (n=2) [~21 min on an H200 (measured)]",
+  assert paper["latte"][:2] == ["42.00 (n=2) [~22 min on an H200 (measured)]",
                                 "in progress 1,200 of 5,000"]
-  assert paper["latte (committed)"][0] == "38.00 [~21 min on an H200 (measured)]"
-  assert paper["softmax"][:4] == ["not run", "not run [~3 h on an H200 (estimated)]", "not run",
+  assert paper["latte (committed)"][0] == "38.00 [~22 min on an H200 (measured)]"
+  assert paper["softmax"][:4] == ["not run", "not run [~5.0 h on an H200 (estimate)]", "not run",
                                   "diverged at 300 of 5,000"]
   assert paper["luna"] == ["not run"] * 6  # every registered mixer has a paper row
   header, laptop = _rows(out, "laptop")
@@ -62,7 +68,7 @@ def test_the_grid_says_complete_in_progress_stopped_or_not_run(folders, capsys):
 
 def test_without_a_ledger_or_committed_runs_the_grid_has_no_costs_and_no_marks(folders, capsys):
   mine, _, _ = folders
-  assert status.paper_costs(None) == {} and status.paper_costs(mine / "absent.csv") == {}
+  assert status.ledger_costs(None) == {} and status.ledger_costs(mine / "absent.json") == {}
   assert status.main(mine, None, ["paper", "lra"], None) == 0
   out = capsys.readouterr().out
   _, paper = _rows(out, "paper")
@@ -79,6 +85,6 @@ def test_the_command_reads_your_folder_and_refuses_an_unknown_preset(folders, tm
                str(ledger)]) == 0
   out = capsys.readouterr().out
   assert out.startswith("lra status: your runs in elsewhere/runs/.")
-  assert "42.00 (n=2) [~21 min" in out and "(committed)" not in out
+  assert "42.00 (n=2) [~22 min" in out and "(committed)" not in out
   assert main(["status", "--presets", "papr"]) == 2
   assert "unknown papr; valid presets: paper" in capsys.readouterr().err
