@@ -275,6 +275,14 @@ def test_sweep_help_describes_every_option(capsys):
   assert "--emit slurm --time 08:00:00" in " ".join(capsys.readouterr().out.split())
 
 
+def test_slurm_time_limits_read_in_every_form_slurm_takes():
+  from lra.slurm import limit_seconds
+  assert [limit_seconds(t) for t in ("30", "30:15", "08:00:00", "2-0", "1-02:03", "1-00:00:01")] \
+      == [1800, 1815, 28800, 172800, 93780, 86401]
+  with pytest.raises(ValueError, match="expected Slurm's"):
+    limit_seconds("8h")
+
+
 def test_the_slurm_script_sources_the_named_environment_or_says_there_is_none(tmp_path, capsys):
   common = ["sweep", "--tasks", "listops", "--mixers", "latte", "--preset", "smoke",
             "--results-dir", str(tmp_path / "r"), "--emit", "slurm", "--out"]
@@ -284,6 +292,8 @@ def test_the_slurm_script_sources_the_named_environment_or_says_there_is_none(tm
   text = script.read_text()
   assert "\nsource '/opt/my env/bin/activate'\nset -euo pipefail\n" in text
   assert "#SBATCH --time=1-00:00:00\n" in text and "'python -m lra run listops latte" in text
+  # The run saves and stops before the limit on its own clock: a day less 300 s.
+  assert "--stop-after 86100'" in text
   assert "would stop at once" not in capsys.readouterr().err  # smoke generates its own data
   assert main([*common, str(script), "--env-activate", "none"]) == 0
   text = script.read_text()
