@@ -366,6 +366,17 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
   return rest, overrides
 
 
+def run_config(argv: Sequence[str]):
+  """The config `lra run TASK MIXER ...` resolves for these arguments (after `lra`), --seed and
+  both --config forms included: for tools that must name the run a command makes (the ledger)."""
+  from lra.config_loading import resolve_config
+  rest, overrides = split_overrides(list(argv))
+  args = build_parser().parse_args(rest)
+  if args.command != "run":
+    raise ValueError(f"expected `lra run TASK MIXER ...`, got `lra {' '.join(argv)}`")
+  return resolve_config(args.task, args.mixer, args.preset, _seeded(args, overrides))
+
+
 def _reader_gone() -> int:
   """stdout's reader closed it (`lra ... | head -3`): stop quietly, as `yes | head` does.
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from lra import cli, ledger, run_summary
-from lra.config_loading import default_run_dir, resolve_config
+from lra.config_loading import default_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ledger.load(ROOT / "results" / "ledger.json")
@@ -14,10 +14,7 @@ ROWS = ledger.load(ROOT / "results" / "ledger.json")
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r["id"])
 def test_each_row_is_the_run_its_command_makes(row):
-  words = ledger.run_args(row)
-  overrides = [w[len("--config."):] for w in words if w.startswith("--config.")]
-  args = cli.build_parser().parse_args([w for w in words if not w.startswith("--config.")])
-  config = resolve_config(args.task, args.mixer, args.preset, overrides)
+  config = cli.run_config(ledger.run_args(row))
   # The folder `lra run` picks for this command today is the ledger's: a changed preset default
   # (PAPER_DROPOUT_BITS, say) must come with rows in progress pinning their value.
   assert default_run_dir(config, Path("R")).as_posix() == f"R/{row['run']}"

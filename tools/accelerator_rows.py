@@ -163,11 +163,8 @@ def warm_up(row_args: list[str], spec: dict[str, Any]) -> None:
   """Compiles the row's train and eval steps as `lra run` will (train.check_fits), filling the
   persistent compilation cache that the run then reads (child process; no data needed)."""
   from lra import cli, train
-  from lra.config_loading import resolve_config
   from lra.tasks.contract.spec import TaskSpec
-  overrides = [w[len("--config."):] for w in row_args if w.startswith("--config.")]
-  parsed = cli.build_parser().parse_args([w for w in row_args if not w.startswith("--config.")])
-  config = resolve_config(parsed.task, parsed.mixer, parsed.preset, overrides)
+  config = cli.run_config(row_args)
   spec = TaskSpec(**spec)
   s = train.setup(config, spec)
   train.check_fits(config, s, train.init_state(s, spec, config.train.seed), spec)

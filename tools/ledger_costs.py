@@ -28,15 +28,11 @@ CALIBRATION = "listops-latte-paper-seed0"  # the row measured on the H200
 def step_costs(rows: list[dict]) -> dict[str, dict]:
   """XLA's costs of each distinct row's train step, by row id (seeds share their program)."""
   from lra import cli, ledger
-  from lra.config_loading import resolve_config
   from lra.tasks.contract.spec import TaskSpec
   done: dict[str, dict] = {}
   by_program: dict[str, dict] = {}
   for row in rows:
-    words = ledger.run_args(row)
-    overrides = [w[len("--config."):] for w in words if w.startswith("--config.")]
-    args = cli.build_parser().parse_args([w for w in words if not w.startswith("--config.")])
-    config = resolve_config(args.task, args.mixer, args.preset, overrides)
+    config = cli.run_config(ledger.run_args(row))
     program = json.dumps({**config.to_dict(), "train": {**config.train.to_dict(), "seed": 0}},
                          sort_keys=True)
     if program not in by_program:
