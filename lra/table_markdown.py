@@ -106,12 +106,13 @@ def _protocol_tables(rows: list[dict[str, Any]], h: str) -> list[str]:
 
 
 def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]],
-                      level: int = 2) -> str:
+                      level: int = 2, cpu_reference: str = "") -> str:
   """The lra.md sections (the README block embeds those of our LRA-task runs), headings at `level`.
 
   Args:
     rows: lra.tables.lra_rows.
     cpu_rows: the task rows (lra.tables.task_rows) of CPU-scale presets, all LRA tasks.
+    cpu_reference: what a non-sequence model reached on a CPU task (a line under its table).
   """
   h = "#" * level
   titles = [TASK_TITLES[t] for t in (*LRA_TASKS, "avg")]
@@ -136,9 +137,17 @@ def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
                "time: training with its "
                "evaluations, summed over a run's parts; steps/s: training steps per second in "
                "the run's last log window (evaluations excluded).")
-  parts.append(_cpu_table(cpu_rows) if cpu_rows else
-               "No complete run with the `laptop` preset yet: `lra run listops MIXER --preset "
-               "laptop`.")
+  if cpu_rows:
+    parts.append("Test accuracy at the best validation step, one column per task; published: the "
+                 "same mixer's published number (LRA's or its paper's larger model, trained far "
+                 "longer). Each run's three statistics and cost are in the table after it.")
+    parts.append(_cpu_summary(cpu_rows))
+    if cpu_reference:
+      parts.append(cpu_reference)
+    parts.append(_cpu_table(cpu_rows))
+  else:
+    parts.append("No complete run with the `laptop` preset yet: `lra run listops MIXER --preset "
+                 "laptop` (or `pathfinder`).")
   parts.append(f"{h} Ours: small presets (generated or reduced data; NOT comparable with the "
                "papers)")
   parts.append("Sanity checks that the pipeline learns: the `smoke` and `demo` presets train "
@@ -168,6 +177,28 @@ def _published(row: dict[str, Any]) -> str:
   if row["published"] is None:
     return ""
   return f"{_fmt(row['published'])} ({STATISTIC_LABELS[row['published_statistic']]})"
+
+
+def _cpu_summary(rows: list[dict[str, Any]]) -> str:
+  """One line per (mixer, preset, source), one column per task with a CPU run (and the same
+  mixer's published number beside it)."""
+  tasks = [t for t in LRA_TASKS if any(r["task"] == t for r in rows)]
+  lines: dict[tuple, dict[str, dict[str, Any]]] = {}
+  for r in rows:
+    lines.setdefault((_mixer(r), r["preset"]), {})[r["task"]] = r
+  header = ["mixer", "preset"]
+  for t in tasks:
+    header += [TASK_TITLES[t], "published"]
+  body = []
+  for (mixer, preset), by_task in lines.items():
+    cells = [mixer, preset]
+    for t in tasks:
+      r = by_task.get(t)
+      cells += ["", ""] if r is None else [
+          _cell(r["test_accuracy"], r["test_accuracy_std"], r["num_runs"],
+                at_chance=r["at_chance"]), _published(r)]
+    body.append(cells)
+  return _md_table(header, body)
 
 
 def _cpu_table(rows: list[dict[str, Any]]) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import re
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from lra import results, run_summary, table_markdown, writers
+from lra.configs import pathfinder as pathfinder_config
 # The shared rules, re-exported: callers read them as tables.LRA_TASKS etc.
 from lra.table_rules import (AVG_TASKS, CHANCE_MARGIN, COMMITTED, CPU_PRESETS,  # noqa: F401
                              LRA_TASKS, OURS, PROTOCOL_PRESETS, PUBLISHED, RUN_SOURCES, STATISTICS,
@@ -311,9 +313,36 @@ def build(results_dir: Path, published_csv: Path = REFERENCE_CSV,
   other = [t for t in tasks if t not in LRA_TASKS]
   extra = ("\n\nOther tasks: " + ", ".join(f"[{t}]({t}.md)" for t in other) + ".") if other else ""
   files["tables/lra.md"] = (f"# LRA results\n\n<!-- {lra_made_by} -->\n\n"
-                            + table_markdown.lra_markdown_body(rows, cpu_rows)
+                            + table_markdown.lra_markdown_body(rows, cpu_rows, cpu_reference=(
+                                cpu_reference(results_dir) if any(
+                                    r["task"] == "pathfinder" for r in cpu_rows) else ""))
                             + (f"\n{note}\n" if note else "") + (extra + "\n" if extra else ""))
   return files
+
+
+# The CNN probe's run on the laptop's own Pathfinder set: what a CPU reached on that task.
+PROBE_RUN = Path("pathfinder_probe") / "hard_dilated_50k" / "probe.json"
+
+
+def cpu_reference(results_dir: Path) -> str:
+  """A line naming what a non-sequence model reached on the CPU presets' Pathfinder set (the
+  repository's dilated CNN probe, tools/pathfinder_probe.py), or "" where the folder has none."""
+  path = Path(results_dir) / PROBE_RUN
+  if not path.is_file():
+    return ""
+  probe = json.loads(path.read_text())
+  curve = probe["curve"]
+  budget = pathfinder_config.LAPTOP_STEPS * pathfinder_config.LAPTOP_BATCH  # training images
+  at_budget = min(curve, key=lambda p: abs(p["images_seen"] - budget))
+  left = next((p for p in curve if p["test_accuracy"] >= 0.55), None)
+  last = curve[-1]
+  return (f"Reference on Pathfinder (not a sequence model): the dilated CNN of "
+          f"`tools/pathfinder_probe.py`, on a hard 32x32 set generated as the preset's is "
+          f"({probe['num_train']:,} training images), batch {probe['batch_size']}, on this CPU, had {100 * at_budget['test_accuracy']:.1f}% test after "
+          f"{at_budget['images_seen']:,} images (the laptop budget), first passed 55% after "
+          + (f"{left['images_seen']:,} images ({left['epochs']:g} epochs)" if left else "none")
+          + f", and reached {100 * last['test_accuracy']:.1f}% after {last['epochs']:g} epochs "
+          f"({last['seconds'] / 3600:.1f} h; results/{PROBE_RUN.parent.as_posix()}).")
 
 
 def folder_label(results_dir: Path) -> str:

@@ -424,3 +424,29 @@ def test_your_tables_show_the_committed_rows_beside_yours_never_averaged(tmp_pat
   assert "| softmax (committed) | ListOps | laptop |" in lra_md
   assert main(["table", "--results-dir", str(mine), "--mine-only"]) == 0
   assert "(committed)" not in (mine / "tables" / "lra.md").read_text()
+
+
+def test_the_cpu_table_has_a_column_per_task_with_the_published_number_and_the_cnn_reference(
+    tmp_path):
+  """The laptop runs of two tasks: one line per mixer, a column per task (ours at the best val
+  step, the same mixer's published number beside); Pathfinder's column comes with the line
+  naming what the CNN probe reached on a CPU, read from its run."""
+  from lra import tables
+  res = tmp_path / "results"
+  write_run(res, "listops", "softmax", "laptop", 0, 0.365)
+  write_run(res, "pathfinder", "softmax", "laptop", 0, 0.5005, chance=0.5, majority=0.5)
+  write_run(res, "pathfinder", "latte", "laptop", 0, 0.62, chance=0.5, majority=0.5)
+  body = tables.build(res)["tables/lra.md"].split("## Ours: the LRA tasks on a CPU")[1]
+  assert "| mixer | preset | ListOps | published | Pathfinder | published |" in body
+  assert "| softmax | laptop | 36.50 | 36.37 (last step) | 50.05 ‡ | 71.40 (last step) |" in body
+  assert "| latte | laptop |  |  | 62.00 | 75.61 (best test) |" in body
+  assert "dilated CNN" not in body  # no probe run in this folder
+  probe = res / tables.PROBE_RUN
+  probe.parent.mkdir(parents=True)
+  curve = [{"step": s, "images_seen": 64 * s, "epochs": 64 * s / 160000, "train_loss": 0.69,
+            "test_accuracy": acc, "seconds": 0.2 * s} for s, acc in
+           ((1000, 0.5), (2000, 0.501), (7000, 0.58), (50000, 0.781))]
+  probe.write_text(json.dumps({"batch_size": 64, "num_train": 160000, "curve": curve}))
+  body = tables.build(res)["tables/lra.md"].split("## Ours: the LRA tasks on a CPU")[1]
+  assert ("had 50.1% test after 128,000 images (the laptop budget), first passed 55% after "
+          "448,000 images (2.8 epochs), and reached 78.1% after 20 epochs (2.8 h;") in body
