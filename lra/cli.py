@@ -321,6 +321,7 @@ def _let_global_flags_through(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+  as_command = argv is None  # the `lra` command itself, not a caller passing its arguments
   argv, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
   args = build_parser().parse_args(argv)
   # Orbax logs a failed background save through absl, with its threads' tracebacks; the run
@@ -339,10 +340,22 @@ def main(argv: Sequence[str] | None = None) -> int:
       raise  # OSError: a full disk, a read-only dir
     message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
     print(f"lra: error: {message}", file=sys.stderr)
+    ckpt = sys.modules.get("lra.checkpoints")
+    if as_command and ckpt and isinstance(e, ckpt.CheckpointWriteError):
+      _quiet_from_here()
     return 2
   except KeyboardInterrupt:
     print("\nlra: interrupted", file=sys.stderr)
     return 130
+
+
+def _quiet_from_here() -> None:
+  """Nothing more on stderr from this process. After a failed checkpoint write, Orbax's writes
+  still in flight can print dozens of tracebacks ("Event loop is closed") from its native threads
+  while Python shuts down, under the one line that said what failed and how to resume. Only for
+  the `lra` command itself: a caller of main(argv) keeps its stderr."""
+  sys.stderr.flush()
+  os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
 
 
 def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -107,4 +107,4 @@ train.train_batches = _probed(train.train_batches, "train")
 train.eval_batches = _probed(train.eval_batches, "eval")
 sys.addaudithook(_audit)
 sys.argv[0] = "lra"
-sys.exit(cli.main(sys.argv[1:]))
+sys.exit(cli.main())  # as the `lra` command calls it: argv from sys.argv

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lra import results, sweep, tables
+from lra import results, slurm, sweep, tables
 from lra.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -371,8 +371,10 @@ def test_sweep_plans_skips_and_emits_slurm(grid, tmp_path, capsys):
   listing = text.split("set -euo pipefail")[1].split('echo "')[0]
   got = subprocess.run(["bash", "-c", listing.replace('cd "${SLURM_SUBMIT_DIR:-.}"', "")
                         + 'printf "%s\\n" "${COMMANDS[@]}"'], capture_output=True, text=True)
+  # Each stops on its own clock: sweep's default --time (24 h) less the 300 s it keeps for saving.
+  stop = f" --stop-after {slurm.limit_seconds(slurm.DEFAULT_TIME) - slurm.STOP_BEFORE_LIMIT_S}"
   assert [line.split("-m lra ", 1)[1] for line in got.stdout.splitlines()] == [
-      j.command()[len("lra "):] for j in sweep.plan(
+      j.command()[len("lra "):] + stop for j in sweep.plan(
           ["listops"], ["latte", "softmax"], [0, 1, 3], preset="paper", results_dir=res)
       if j.pending]
   assert main(["sweep", "--tasks", "listops", "--mixers", "latte", "--seeds", "0",

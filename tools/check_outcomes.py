@@ -15,11 +15,19 @@ import os
 import pytest
 
 ENV = "LRA_CHECK_OUTCOMES"
+_worker = False  # an xdist worker of this run (not its controller)
+
+
+def pytest_configure(config) -> None:
+  # xdist gives its workers `workerinput`; the PYTEST_XDIST_WORKER variable would also mark a run
+  # started from inside some other pytest's worker (as the tests of this plugin are).
+  global _worker  # pylint: disable=global-statement
+  _worker = hasattr(config, "workerinput")
 
 
 def _write(entry: dict) -> None:
   path = os.environ.get(ENV)
-  if path and "PYTEST_XDIST_WORKER" not in os.environ:
+  if path and not _worker:
     with open(path, "a") as f:
       f.write(json.dumps(entry) + "\n")
 
