@@ -173,6 +173,10 @@ class RunDirLock:
     finally:
       tmp.unlink(missing_ok=True)
 
+  def held(self) -> bool:
+    """Whether a live process holds the folder now (a lock a killed run left behind is not)."""
+    return self.path.exists() and self._gone(self._holder()) is None
+
   def _holder(self) -> Holder | None:
     try:
       data = json.loads(self.path.read_text())

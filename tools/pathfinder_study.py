@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lra import run_lock
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "results" / "pathfinder_study"
 # Study runs evaluate every 500 steps on the first 2,000 images of val and test (SE ~1.1 points
@@ -81,7 +83,9 @@ STUDY = (
     # positions and reached ~70% with learned ones. Learned positions can place the pixels of one
     # 2-D neighbourhood close together, which a 1-D sinusoid over row-major order cannot.
     StudyRun("easy_latte_learned", "latte", "Do learned positions (LRA's Transformer left chance "
-             "on Pathfinder-32 only with them) let Latte leave chance on the easy set?",
+             "on Pathfinder-32 only with them) let Latte leave chance on the easy set? (Stopped at "
+             "step 3,950 by the end of a session, at chance at every evaluation through 3,500; "
+             "the same command resumes it from step 3,500.)",
              ("model.pos_encoding=learned", "train.num_steps=6000"), difficulty="easy"),
 )
 
@@ -114,7 +118,7 @@ def _row(study: StudyRun) -> dict | None:
   left = next((r["step"] for r in evals if r["val/accuracy"] >= CHANCE_LEFT), None)
   train = [r for r in curve if "train/loss" in r]
   return {"run": study.name, "difficulty": study.difficulty, "mixer": study.mixer,
-          "changes": ", ".join(study.overrides), "status": final["status"],
+          "changes": ", ".join(study.overrides), "status": status_of(final, run_dir),
           "steps": f"{step:,} of {final['num_steps']:,}",
           "best val": _pct(max((r["val/accuracy"] for r in evals), default=None)),
           "test at best val": _pct(final.get("test_accuracy")),
@@ -122,6 +126,14 @@ def _row(study: StudyRun) -> dict | None:
           "last train loss": f"{train[-1]['train/loss']:.4f}" if train else "",
           "steps/s (1 core)": f"{final['steps_per_s']:.2f}" if final.get("steps_per_s") else "",
           "wall": f"{final['wall_time_s'] / 60:.0f} min"}
+
+
+def status_of(final: dict, run_dir: Path) -> str:
+  """final.json's status, except that a run whose process was killed (a session's end) without
+  updating it is `stopped`, not `running`; the same command resumes it."""
+  if final["status"] == "running" and not run_lock.RunDirLock(run_dir, take=False).held():
+    return "stopped"
+  return final["status"]
 
 
 def _pct(x: float | None) -> str:
