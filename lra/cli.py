@@ -301,7 +301,20 @@ def build_parser() -> argparse.ArgumentParser:
                      "their generated data)")
   check.add_argument("--cache-name")
   _let_global_flags_through(parser)
+  _describe_subcommands(parser)
   return parser
+
+
+def _describe_subcommands(parser: argparse.ArgumentParser) -> None:
+  """`lra pack --help` opens with the line `lra --help` lists for pack: a subcommand's one-line
+  help becomes its own page's description where it has none of its own."""
+  for action in parser._actions:  # pylint: disable=protected-access
+    if isinstance(action, argparse._SubParsersAction):  # pylint: disable=protected-access
+      helps = {a.dest: a.help for a in action._choices_actions}  # pylint: disable=protected-access
+      for name, sub in action.choices.items():
+        if sub.description is None and helps.get(name):
+          sub.description = helps[name][0].upper() + helps[name][1:] + "."
+        _describe_subcommands(sub)
 
 
 def _let_global_flags_through(parser: argparse.ArgumentParser) -> None:

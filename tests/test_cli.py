@@ -1,9 +1,10 @@
 """The `lra` command as a user meets it: listings, data commands and actionable errors."""
+import argparse
 import json
 
 import pytest
 
-from lra.cli import main
+from lra.cli import build_parser, main
 
 
 def test_list_shows_all_tasks_mixers_and_presets(capsys):
@@ -167,7 +168,6 @@ def test_flags_before_the_subcommand_are_not_overwritten(argv):
   default replaced the top-level flag. Either position must work, the later one winning."""
   from pathlib import Path
 
-  from lra.cli import build_parser
   parser = build_parser()
   before = parser.parse_args(["--data-dir", "/top", "--preset", "demo", *argv])
   assert before.data_dir == Path("/top") and before.preset == "demo"
@@ -187,3 +187,15 @@ def test_dry_run_sources_hold_for_every_task():
     assert rows["model.num_layers"] == "preset", task
     assert rows["train.seed"] == "command line" and rows["eval.batch_size"] != "command line", task
     assert "default" in rows.values(), task
+
+
+def test_every_subcommand_page_opens_with_what_it_does():
+  """`lra pack --help` once showed only its usage: each page now opens with its one-line help."""
+  def pages(parser, path=()):
+    for action in parser._actions:  # pylint: disable=protected-access
+      if isinstance(action, argparse._SubParsersAction):  # pylint: disable=protected-access
+        for name, sub in action.choices.items():
+          yield (*path, name), sub
+          yield from pages(sub, (*path, name))
+  missing = [" ".join(path) for path, sub in pages(build_parser()) if not sub.description]
+  assert not missing, f"subcommands whose --help has no description: {missing}"
