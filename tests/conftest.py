@@ -22,6 +22,28 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 @pytest.fixture
+def step_clock(monkeypatch):
+  """Call it to give `--stop-after` a clock that counts work, not seconds: a training step takes
+  1 s, an evaluation of a split 3 s, a save 2 s (a best-params save nothing), so a stop falls on
+  the same step on any machine. The test's monkeypatch.undo() takes it away."""
+  from lra import checkpoints, stop_after, train  # pylint: disable=import-outside-toplevel
+
+  def install():
+    now = [0.0]
+
+    def tick(seconds):
+      now[0] += seconds
+      return now[0]
+    monkeypatch.setattr(stop_after, "_clock", lambda: tick(1.0))
+    monkeypatch.setattr(stop_after, "STARTED", 0.0)
+    evaluate, save = train.evaluate, checkpoints.Checkpointer.save
+    monkeypatch.setattr(train, "evaluate", lambda *a, **k: (tick(3.0), evaluate(*a, **k))[1])
+    monkeypatch.setattr(checkpoints.Checkpointer, "save", lambda self, *a, **k: (
+        k.get("best") or tick(2.0), save(self, *a, **k))[1])
+  return install
+
+
+@pytest.fixture
 def highest_precision():
   """Full float32 matmuls for a test whose tolerance assumes them. A GPU's default precision
   (TF32) rounds f32 matmul inputs to 11 significant bits and a TPU's (one bf16 pass) to 8: about

@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import accelerator_rows as rows  # noqa: E402  pylint: disable=wrong-import-position
 
-from lra import checkpoints, ledger, pack, stop_after, train  # noqa: E402
+from lra import ledger, pack  # noqa: E402
 from lra.cli import main as lra_main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,8 +28,8 @@ def committed(tmp_path):
   return results
 
 
-def test_rows_start_pack_adopt_then_resume_the_next_from_its_archive(committed, tmp_path,
-                                                                     monkeypatch, capsys):
+def test_rows_start_pack_adopt_then_resume_the_next_from_its_archive(
+    committed, tmp_path, step_clock, monkeypatch, capsys):
   work = tmp_path / "work"
   first, second = ledger.load(committed / "ledger.json")
   out = tmp_path / "out1"
@@ -52,17 +52,7 @@ def test_rows_start_pack_adopt_then_resume_the_next_from_its_archive(committed, 
 
   # Row 2's committed state: a run of its quick command stopped at a step-based deadline (each
   # step 1 s, each evaluation of a split 3 s, each save 2 s), packed, its checkpoints not kept.
-  now = [0.0]
-
-  def tick(seconds):
-    now[0] += seconds
-    return now[0]
-  monkeypatch.setattr(stop_after, "_clock", lambda: tick(1.0))
-  monkeypatch.setattr(stop_after, "STARTED", 0.0)
-  evaluate, save = train.evaluate, checkpoints.Checkpointer.save
-  monkeypatch.setattr(train, "evaluate", lambda *a, **k: (tick(3.0), evaluate(*a, **k))[1])
-  monkeypatch.setattr(checkpoints.Checkpointer, "save", lambda self, *a, **k: (
-      k.get("best") or tick(2.0), save(self, *a, **k))[1])
+  step_clock()
   row_dir = committed / second["run"]
   args = ledger.run_args(second) + [f"--config.{o}" for o in rows.QUICK_OVERRIDES]
   assert lra_main([*args, "--quiet", "--data-dir", str(work / "data"), "--run-dir", str(row_dir),

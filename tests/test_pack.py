@@ -12,7 +12,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from lra import checkpoints, pack, run, stop_after, train
+from lra import pack, run
 from lra.cli import main
 from lra.writers import read_metrics
 
@@ -49,23 +49,13 @@ def reference(tmp_path_factory):
   return run_dir, result, root / "data"
 
 
-def test_stopped_packed_unpacked_resumed_equals_uninterrupted(reference, tmp_path, monkeypatch,
-                                                               capsys):
+def test_stopped_packed_unpacked_resumed_equals_uninterrupted(reference, tmp_path, step_clock,
+                                                               monkeypatch, capsys):
   clean, expected, data = reference
   place = clean.relative_to(clean.parents[3])  # runs/listops/latte/<name>
   # A step-based clock, so the stop falls on the same step on any machine: a step takes 1 s,
   # an evaluation of a split 3 s, a save 2 s (step 7 of 20 today, after 3 evaluations).
-  now = [0.0]
-
-  def tick(seconds):
-    now[0] += seconds
-    return now[0]
-  monkeypatch.setattr(stop_after, "_clock", lambda: tick(1.0))
-  monkeypatch.setattr(stop_after, "STARTED", 0.0)
-  evaluate, save = train.evaluate, checkpoints.Checkpointer.save
-  monkeypatch.setattr(train, "evaluate", lambda *a, **k: (tick(3.0), evaluate(*a, **k))[1])
-  monkeypatch.setattr(checkpoints.Checkpointer, "save", lambda self, *a, **k: (
-      k.get("best") or tick(2.0), save(self, *a, **k))[1])
+  step_clock()
   first = (tmp_path / "a" / "results", data)
   assert main(_args(first, "--stop-after", "50")) == 130
   stopped_dir = first[0] / place
