@@ -459,6 +459,9 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
     book.window = None if window is None else {k: float(v) for k, v in
                                                jax.device_get(window).items()}
     ckpt.save(step, state, dataclasses.asdict(book))
+    # final.json follows each checkpoint: a run killed later (kill -9, a session's end) is read
+    # by tables and `lra status` at the step it resumes from, with its best evaluation so far.
+    files.final("running", step, book, None, book.wall_time_s, rate)
 
   stream = train_batches(data.split("train"), data.spec, tc.batch_size, tc.seed, step,
                          s.put.rows(tc.batch_size), s.batching)

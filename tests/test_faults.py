@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lra import run, run_lock
+from lra import run, run_lock, run_summary
 from lra.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,6 +70,25 @@ def test_a_second_run_stops_at_once_and_a_killed_holders_lock_is_taken_over(
   assert "no longer runs on this host" in err
   assert json.loads((run_dir / "final.json").read_text())["status"] == "complete"
   assert not (run_dir / "lock").exists()  # released at the end
+
+
+def test_a_killed_runs_final_json_says_where_it_resumes_and_its_best_so_far(data_dir, tmp_path):
+  """final.json follows every checkpoint, so a run killed with no chance to write it (kill -9, a
+  session's end) is tabled at a checkpoint's step with its evaluations, not at its start."""
+  run_dir = tmp_path / "run"
+  env = dict(os.environ, JAX_PLATFORMS="cpu", LRA_PROBE_LOG=str(tmp_path / "probe.jsonl"),
+             LRA_PROBE_DIE_AT_STEP="7", LRA_PROBE_AFTER_CHECKPOINT="4")
+  killed = subprocess.run(
+      [sys.executable, "tests/lra_probed.py", "run", "listops", "softmax", *SMOKE, "--data-dir",
+       str(data_dir), "--run-dir", str(run_dir), "--config.train.num_steps=8",
+       "--config.checkpoint.every_steps=2", "--config.eval.every_steps=2"],
+      cwd=ROOT, env=env, capture_output=True, text=True)
+  assert killed.returncode == -signal.SIGKILL, killed.stderr
+  final = json.loads((run_dir / "final.json").read_text())
+  assert final["status"] == "running" and final["step"] >= 4, final
+  assert final["best_step"] >= 2 and final["test_accuracy"] is not None
+  assert run_summary.state_text(final).startswith(f"in progress: step {final['step']} of 8, "
+                                                  "best so far ")
 
 
 def _foreign_lock(run_dir, age_s):
