@@ -368,7 +368,7 @@ def _quiet_from_here() -> None:
   while Python shuts down, under the one line that said what failed and how to resume. Only for
   the `lra` command itself: a caller of main(argv) keeps its stderr."""
   sys.stderr.flush()
-  os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+  _point_at_devnull(sys.stderr)
 
 
 def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -409,11 +409,18 @@ def _reader_gone() -> int:
   What is left in stdout's buffer is dropped: pointing stdout at /dev/null lets the interpreter's
   final flush succeed instead of printing a second BrokenPipeError.
   """
-  try:
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-  except (OSError, ValueError, AttributeError):  # a replaced stdout (tests) has no file to repoint
-    pass
+  _point_at_devnull(sys.stdout)
   return 128 + 13  # a shell's status for a writer stopped by SIGPIPE (13)
+
+
+def _point_at_devnull(stream) -> None:
+  """What the process writes to `stream`'s file from now on goes nowhere."""
+  try:
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, stream.fileno())
+    os.close(null)
+  except (OSError, ValueError, AttributeError):  # a replaced stream (tests) has no file to repoint
+    pass
 
 
 def _exit_if_a_peer_was_lost(error: Exception) -> None:

@@ -8,20 +8,11 @@ from pathlib import Path
 import pytest
 
 from lra import cli
+from lra.run_identity import flatten
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import pathfinder_study as study  # noqa: E402  pylint: disable=wrong-import-position
-
-
-def _leaves(tree: dict, prefix: str = "") -> dict:
-  out = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      out.update(_leaves(value, f"{prefix}{key}."))
-    else:
-      out[f"{prefix}{key}"] = value
-  return out
 
 
 @pytest.mark.parametrize("run", study.STUDY, ids=lambda run: run.name)
@@ -33,7 +24,7 @@ def test_each_listed_command_is_what_its_committed_run_ran(run):
   # The run's own mixer and every shared section; other mixers' defaults may have moved since
   # (no run of this one reads them), and keys added since are absent from the saved file.
   def read(config: dict) -> dict:
-    return _leaves({k: v for k, v in config.items() if k != "mixers"}
+    return flatten({k: v for k, v in config.items() if k != "mixers"}
                    | {"mixers": {run.mixer: config["mixers"][run.mixer]}})
   want, got = read(saved), read(resolved)
   differ = {k: (v, got.get(k, "<absent>")) for k, v in want.items() if k not in got or got[k] != v}
