@@ -37,3 +37,16 @@ def test_a_killed_runs_status_reads_stopped(tmp_path):
                                              "started": "2026-11-27T00:00:00+00:00"}))
   assert study.status_of({"status": "running"}, tmp_path) == "stopped"
   assert study.status_of({"status": "complete"}, tmp_path) == "complete"
+
+
+def test_run_pins_a_core_and_passes_stop_after(monkeypatch):
+  calls = []
+  monkeypatch.setattr(study.subprocess, "call",
+                      lambda command, cwd, env: calls.append((command, env)) or 0)
+  assert study.main(["run", study.STUDY[0].name, "--core", "1", "--stop-after", "600"]) == 0
+  (command, env), = calls
+  assert command[:3] == ["taskset", "-c", "1"] and command[3:-2] == study.STUDY[0].command()
+  assert command[-2:] == ["--stop-after", "600"]
+  assert "intra_op_parallelism_threads=1" in env["XLA_FLAGS"]
+  # `--stop-after` is a run option, not a config override: `lra run` accepts it.
+  assert cli.run_config(command[4:]).train.num_steps == 6000

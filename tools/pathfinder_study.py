@@ -6,12 +6,14 @@ of those runs, in the order they were made, with the question each one asks; `su
 their folders into results/pathfinder_study/README.md and one curves PNG per difficulty.
 
   python tools/pathfinder_study.py list                  # the runs and their commands
-  python tools/pathfinder_study.py run NAME [--core C]   # one run (resumes a stopped one)
+  python tools/pathfinder_study.py run NAME [--core C] [--stop-after S]   # one run, or resume it
   python tools/pathfinder_study.py summary               # README.md and curves_*.png
 
 `--core C` pins a run to one core with one XLA thread: on a 2-core CPU two such runs side by
 side train ~1.7x more steps per hour than one run on both cores (small ops parallelise poorly),
 so their steps/s are a single core's, not the preset's (docs/protocol.md has the 2-core costs).
+`--stop-after S` is `lra run`'s: the run stops sealed within S seconds (a session's end), and the
+same command resumes it.
 """
 from __future__ import annotations
 
@@ -90,9 +92,11 @@ STUDY = (
 )
 
 
-def run(study: StudyRun, core: int | None) -> int:
+def run(study: StudyRun, core: int | None, stop_after: float | None = None) -> int:
   env = dict(os.environ)
   command = study.command()
+  if stop_after is not None:
+    command += ["--stop-after", f"{stop_after:g}"]
   if core is not None:
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
                         "intra_op_parallelism_threads=1").strip()
@@ -175,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
   one = sub.add_parser("run")
   one.add_argument("name", choices=[s.name for s in STUDY])
   one.add_argument("--core", type=int, help="pin to this core, one XLA thread")
+  one.add_argument("--stop-after", type=float, metavar="SECONDS",
+                   help="stop sealed within SECONDS (lra run's option); the same command resumes")
   sub.add_parser("summary")
   args = parser.parse_args(argv)
   if args.command == "list":
@@ -182,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
       print(f"{study.name}: {study.question}\n  {shlex.join(study.command())}")
     return 0
   if args.command == "run":
-    return run(next(s for s in STUDY if s.name == args.name), args.core)
+    return run(next(s for s in STUDY if s.name == args.name), args.core, args.stop_after)
   summary()
   return 0
 
