@@ -50,3 +50,14 @@ def test_run_pins_a_core_and_passes_stop_after(monkeypatch):
   assert "intra_op_parallelism_threads=1" in env["XLA_FLAGS"]
   # `--stop-after` is a run option, not a config override: `lra run` accepts it.
   assert cli.run_config(command[4:]).train.num_steps == 6000
+
+
+def test_an_override_of_an_eval_setting_replaces_it_once():
+  run = study.StudyRun("x", "s5", "?", ("eval.every_steps=1000", "train.num_steps=30000"),
+                       difficulty="easy")
+  command = run.command()
+  assert command.count("--config.eval.every_steps=1000") == 1
+  assert not any(arg.startswith("--config.eval.every_steps=500") for arg in command)
+  config = cli.run_config(command[1:])
+  assert (config.eval.every_steps, config.eval.max_examples) == (1000, 2000)
+  assert config.data.generator.difficulty == "easy"

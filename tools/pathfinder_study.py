@@ -47,12 +47,13 @@ class StudyRun:
   difficulty: str = "hard"
 
   def command(self) -> list[str]:
-    changes = [*EVAL, *self.overrides]
+    # An override of an EVAL key replaces it in place: each key appears once in the command.
+    changes = dict(change.split("=", 1) for change in (*EVAL, *self.overrides))
     if self.difficulty != "hard":
-      changes.append(f"data.generator.difficulty={self.difficulty}")
+      changes["data.generator.difficulty"] = self.difficulty
     return ["lra", "run", "pathfinder", self.mixer, "--preset", "laptop", "--run-dir",
             str((OUT / self.name).relative_to(ROOT)), "--quiet",
-            *(f"--config.{change}" for change in changes)]
+            *(f"--config.{key}={value}" for key, value in changes.items())]
 
 
 STUDY = (
@@ -85,10 +86,19 @@ STUDY = (
     # positions and reached ~70% with learned ones. Learned positions can place the pixels of one
     # 2-D neighbourhood close together, which a 1-D sinusoid over row-major order cannot.
     StudyRun("easy_latte_learned", "latte", "Do learned positions (LRA's Transformer left chance "
-             "on Pathfinder-32 only with them) let Latte leave chance on the easy set? (Stopped at "
-             "step 3,950 by the end of a session, at chance at every evaluation through 3,500; "
-             "the same command resumes it from step 3,500.)",
+             "on Pathfinder-32 only with them) let Latte leave chance on the easy set? (Two parts: "
+             "stopped at step 3,950 by a session's end, resumed from its step-3,500 checkpoint.)",
              ("model.pos_encoding=learned", "train.num_steps=6000"), difficulty="easy"),
+    # Nothing left chance within 1.2 epochs, nor did the CNN probe on the hard set (it needed 2-4
+    # epochs). So: the fastest block that trains stably at its authors' rates, for 6 epochs,
+    # evaluated every 1,000 steps (the eval time goes to training), in parts across sessions.
+    StudyRun("easy_s5_long", "s5", "Does S5 (the easy_s5_dense_lr4e-3 block) leave chance on "
+             "the easy set within 6 epochs (30,000 steps), where the CNN probe needed 2-4 on the "
+             "hard one?",
+             ("model.embedding=dense", "mixers.s5.state_size=32", "mixers.s5.blocks=4",
+              "train.learning_rate=0.004", "train.ssm_learning_rate=0.001",
+              "train.num_steps=30000", "eval.every_steps=1000", "checkpoint.every_steps=1000"),
+             difficulty="easy"),
 )
 
 
