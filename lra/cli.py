@@ -118,8 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "MIXER/NAME (checked); the same `lra run` then resumes it")
   unpacker.add_argument("archive", type=Path, metavar="FILE.pack",
                         help="the archive, or any of its parts FILE.pack.N")
-  unpacker.add_argument("--results-dir", type=Path, help="default results/local (where `lra run` "
-                        "puts runs); `results` for the repository's committed runs")
+  unpack_to = unpacker.add_mutually_exclusive_group()
+  unpack_to.add_argument("--results-dir", type=Path, help="default results/local (where `lra run` "
+                         "puts runs); `results` for the repository's committed runs")
+  unpack_to.add_argument("--run-dir", type=Path, help="put the run in this folder instead: for a "
+                         "run made with `lra run --run-dir` (a study's), resumed the same way")
 
   diff = sub.add_parser("diff", help="what differs between two runs: config, data, code, "
                         "versions, device, scores")

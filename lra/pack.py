@@ -249,8 +249,10 @@ def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
   return f.read()
 
 
-def unpack(archive: Path, results_dir: Path) -> tuple[Path, dict[str, Any]]:
-  """Puts an archive's run back at `results_dir/<its place>`; returns that folder and the manifest.
+def unpack(archive: Path, results_dir: Path | None,
+           run_dir: Path | None = None) -> tuple[Path, dict[str, Any]]:
+  """Puts an archive's run back at `results_dir/<its place>`, or at `run_dir` (a run made with
+  `lra run --run-dir`, such as a study's); returns that folder and the manifest.
 
   Every member is checked against the manifest (size, sha256; none missing, none extra) in a
   temporary folder before anything is moved into place.
@@ -261,13 +263,17 @@ def unpack(archive: Path, results_dir: Path) -> tuple[Path, dict[str, Any]]:
     RunDirLocked: a live `lra run` holds that folder.
   """
   paths = parts_of(archive)
-  results_dir = Path(results_dir)
   with _opened(paths) as tar:
     manifest = _manifest(tar, archive)
-    target = results_dir / manifest["run"]
-    results_dir.mkdir(parents=True, exist_ok=True)
-    # Beside runs/, not in it: a folder left by a kill must not look like a run to the tables.
-    with tempfile.TemporaryDirectory(prefix=".unpack-", dir=results_dir) as scratch:
+    if run_dir is not None:
+      target = Path(run_dir)
+      scratch_parent = target.parent
+    else:
+      target = Path(results_dir) / manifest["run"]
+      # Beside runs/, not in it: a folder left by a kill must not look like a run to the tables.
+      scratch_parent = Path(results_dir)
+    scratch_parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".unpack-", dir=scratch_parent) as scratch:
       files = manifest["files"]
       seen = set()
       for member in tar:  # the manifest again first: a TarFile lists what it has read
@@ -327,10 +333,11 @@ def command(args) -> int:
           f"{manifest['best_step']}) -> {', '.join(map(str, written))} ({size / 2**20:.1f} MiB)")
     print(f"restore with: lra unpack {written[0]} [--results-dir DIR]")
     return 0
-  target, manifest = unpack(args.archive, args.results_dir)
+  target, manifest = unpack(args.archive, args.results_dir, args.run_dir)
   print(f"{target}: {manifest['status']} at step {manifest['step']} of {manifest['num_steps']} "
         f"(checkpoint {manifest['checkpoint_step']}, best step {manifest['best_step']})")
   if manifest["status"] != "complete":
-    print(f"resume with its `lra run` command and --run-dir {target} (or --results-dir "
-          f"{args.results_dir})")
+    where = (f"--run-dir {target}" if args.run_dir else
+             f"--run-dir {target} (or --results-dir {args.results_dir})")
+    print(f"resume with its `lra run` command and {where}")
   return 0

@@ -165,3 +165,30 @@ def test_committed_archives_are_not_ignored_but_checkpoints_are():
   assert not ignored(f"{run_dir}/run.pack") and not ignored(f"{run_dir}/run.pack.2")
   assert ignored(f"{run_dir}/checkpoints/1500/state/d/abc")
   assert ignored(f"{run_dir}/checkpoints/best_params/1500.msgpack")
+
+
+def test_unpack_into_a_named_run_folder_and_a_study_run_resumes_from_its_archive(
+    reference, tmp_path, monkeypatch, capsys):
+  # A run made with `lra run --run-dir` (a study's) goes back to a folder of the user's choosing.
+  archive = pack.pack(reference[0], tmp_path / "r.pack")[0]
+  target = tmp_path / "study" / "mine"
+  assert main(["unpack", str(archive), "--run-dir", str(target)]) == 0
+  assert (target / "config.json").is_file() and any((target / "checkpoints").iterdir())
+  assert capsys.readouterr().out.startswith(f"{target}: complete at step 20 of 20")
+  assert sorted(p.name for p in target.parent.iterdir()) == ["mine"]  # no scratch left
+  # tools/pathfinder_study.py unpacks a committed archive where checkpoints are missing, once.
+  import sys  # pylint: disable=import-outside-toplevel
+  sys.path.insert(0, str(ROOT / "tools"))
+  import pathfinder_study as study  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(study, "ROOT", tmp_path)
+  monkeypatch.setattr(study, "OUT", tmp_path / "results" / "pathfinder_study")
+  folder = study.OUT / "carried"
+  folder.mkdir(parents=True)
+  (folder / "run.pack").write_bytes(archive.read_bytes())
+  calls = []
+  monkeypatch.setattr(study.subprocess, "call", lambda command, cwd, env: calls.append(command) or 0)
+  carried = study.StudyRun("carried", "latte", "?")
+  assert study.run(carried, core=None) == 0 and study.run(carried, core=None) == 0
+  assert any((folder / "checkpoints").iterdir())
+  assert capsys.readouterr().out.count("unpacked results/pathfinder_study/carried/run.pack") == 1
+  assert calls == [carried.command()] * 2

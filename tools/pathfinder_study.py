@@ -13,7 +13,9 @@ their folders into results/pathfinder_study/README.md and one curves PNG per dif
 side train ~1.7x more steps per hour than one run on both cores (small ops parallelise poorly),
 so their steps/s are a single core's, not the preset's (docs/protocol.md has the 2-core costs).
 `--stop-after S` is `lra run`'s: the run stops sealed within S seconds (a session's end), and the
-same command resumes it.
+same command resumes it. A run that spans sessions travels as its archive, committed beside its
+files (`lra pack results/pathfinder_study/NAME results/pathfinder_study/NAME/run.pack`); on a
+machine without its checkpoints, `run NAME` unpacks it first.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lra import run_lock
+from lra import pack, run_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "results" / "pathfinder_study"
@@ -103,6 +105,13 @@ STUDY = (
 
 
 def run(study: StudyRun, core: int | None, stop_after: float | None = None) -> int:
+  folder = OUT / study.name
+  archive = folder / "run.pack"
+  if archive.exists() and not any((folder / "checkpoints").glob("*")):
+    # A run carried from another machine (a fresh clone): its checkpoints come from its archive.
+    _, manifest = pack.unpack(archive, None, run_dir=folder)
+    print(f"unpacked {archive.relative_to(ROOT)}: checkpoint {manifest['checkpoint_step']} of "
+          f"{manifest['num_steps']}", flush=True)
   env = dict(os.environ)
   command = study.command()
   if stop_after is not None:
