@@ -331,7 +331,10 @@ def command(args) -> int:
     print(f"{args.run_dir} ({manifest['status']} at step {manifest['step']} of "
           f"{manifest['num_steps']}; checkpoint {manifest['checkpoint_step']}, best step "
           f"{manifest['best_step']}) -> {', '.join(map(str, written))} ({size / 2**20:.1f} MiB)")
-    print(f"restore with: lra unpack {written[0]} [--results-dir DIR]")
+    # A run made with `lra run --run-dir` elsewhere than runs/<task>/<mixer>/ goes back there.
+    own_place = "/".join(Path(args.run_dir).resolve().parts[-4:]) == manifest["run"]
+    where = "[--results-dir DIR]" if own_place else f"--run-dir {args.run_dir}"
+    print(f"restore with: lra unpack {written[0]} {where}")
     return 0
   target, manifest = unpack(args.archive, args.results_dir, args.run_dir)
   print(f"{target}: {manifest['status']} at step {manifest['step']} of {manifest['num_steps']} "

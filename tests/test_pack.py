@@ -176,6 +176,8 @@ def test_unpack_into_a_named_run_folder_and_a_study_run_resumes_from_its_archive
   assert (target / "config.json").is_file() and any((target / "checkpoints").iterdir())
   assert capsys.readouterr().out.startswith(f"{target}: complete at step 20 of 20")
   assert sorted(p.name for p in target.parent.iterdir()) == ["mine"]  # no scratch left
+  assert main(["pack", str(target), str(tmp_path / "again.pack")]) == 0
+  assert f"lra unpack {tmp_path / 'again.pack'} --run-dir {target}" in capsys.readouterr().out
   # tools/pathfinder_study.py unpacks a committed archive where checkpoints are missing, once.
   import sys  # pylint: disable=import-outside-toplevel
   sys.path.insert(0, str(ROOT / "tools"))

@@ -101,6 +101,10 @@ STUDY = (
               "train.learning_rate=0.004", "train.ssm_learning_rate=0.001",
               "train.num_steps=30000", "eval.every_steps=1000", "checkpoint.every_steps=1000"),
              difficulty="easy"),
+    StudyRun("easy_latte_long", "latte", "Does Latte (the easy_latte_dense block, lr 1e-3) leave "
+             "chance on the easy set within 6 epochs (30,000 steps)?",
+             ("model.embedding=dense", "train.num_steps=30000", "eval.every_steps=1000",
+              "checkpoint.every_steps=1000"), difficulty="easy"),
 )
 
 
