@@ -340,7 +340,6 @@ def command(args) -> int:
   print(f"{target}: {manifest['status']} at step {manifest['step']} of {manifest['num_steps']} "
         f"(checkpoint {manifest['checkpoint_step']}, best step {manifest['best_step']})")
   if manifest["status"] != "complete":
-    where = (f"--run-dir {target}" if args.run_dir else
-             f"--run-dir {target} (or --results-dir {args.results_dir})")
-    print(f"resume with its `lra run` command and {where}")
+    also = "" if args.run_dir else f" (or --results-dir {args.results_dir})"
+    print(f"resume with its `lra run` command and --run-dir {target}{also}")
   return 0
