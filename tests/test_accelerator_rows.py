@@ -38,7 +38,9 @@ def test_rows_start_pack_adopt_then_resume_the_next_from_its_archive(
   report = json.loads((out / "rows.json").read_text())
   assert report["row"] == first["id"] and report["step_before"] == 0
   assert report["status"] == "complete at step 60 of 60" and report["steps_per_s"] > 0
-  assert report["phases"]["data"]["status"] == "ready"
+  data = report["phases"]["data"]
+  assert data["status"] == "ready" and data["generate_s"] > 0 and data["prepare_s"] > 0
+  assert data["generate_s"] + data["prepare_s"] <= data["seconds"]
   assert report["phases"]["compile"]["exit_code"] == 0
   assert [a["file"] for a in report["archive"]] == ["listops-latte-paper_seed0.pack"]
   assert "Row: listops-latte-paper-seed0" in (out / "rows.md").read_text()

@@ -113,6 +113,7 @@ class DataMaker(threading.Thread):
     super().__init__(daemon=True)
     self.session, self.task = session, task
     self.status, self.seconds = None, None
+    self.parts: dict[str, float] = {}  # seconds of each command, to see where a slow call went
 
   def run(self) -> None:
     began = time.monotonic()
@@ -124,13 +125,17 @@ class DataMaker(threading.Thread):
     raw = s.work / f"{self.task}_raw"
     shutil.rmtree(raw, ignore_errors=True)
     # Leave two cores: one compiles (or probes) on the accelerator, one feeds it.
-    workers = str(max(1, (os.cpu_count() or 3) - 2))
+    workers = max(1, (os.cpu_count() or 3) - 2)
+    self.parts["workers"] = workers
     generate = QUICK_DATA[self.task] if s.args.quick else recipe["generate"]
-    for cmd in (lra("data", "generate", self.task, "--out", str(raw), "--workers", workers,
+    for cmd in (lra("data", "generate", self.task, "--out", str(raw), "--workers", str(workers),
                     *generate),
                 lra("data", "prepare", self.task, "--source", str(raw), "--data-dir",
                     str(s.data_dir))):
-      if s.child(cmd, "data.log").wait() != 0:
+      started = time.monotonic()
+      code = s.child(cmd, "data.log").wait()
+      self.parts[f"{cmd[4]}_s"] = round(time.monotonic() - started, 1)
+      if code != 0:
         self.status = f"`{shlex.join(cmd[3:6])}` failed (see .rows/data.log)"
         break
     else:
@@ -218,7 +223,8 @@ def advance(session: Session) -> None:
   report["phases"]["compile"] = {"seconds": round(time.monotonic() - began, 1),
                                  "exit_code": code}
   data.join()
-  report["phases"]["data"] = {"status": data.status, "seconds": round(data.seconds or 0, 1)}
+  report["phases"]["data"] = {"status": data.status, "seconds": round(data.seconds or 0, 1),
+                              **data.parts}
   session.log(f"data: {data.status} ({data.seconds or 0:.0f} s); compile: exit {code}")
   session.write()
   if data.status is None or not data.status.startswith("ready"):
