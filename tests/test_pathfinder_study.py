@@ -61,3 +61,12 @@ def test_an_override_of_an_eval_setting_replaces_it_once():
   config = cli.run_config(command[1:])
   assert (config.eval.every_steps, config.eval.max_examples) == (1000, 2000)
   assert config.data.generator.difficulty == "easy"
+
+
+def test_a_fitting_screen_trains_600_steps_on_600_easy_images():
+  screens = [run for run in study.STUDY if run.fit]
+  assert screens and all(run.difficulty == "easy" for run in screens)
+  config = cli.run_config(screens[0].command()[1:])
+  assert (config.data.generator.num_images, config.train.num_steps) == (600, 600)
+  assert config.train.warmup_steps == 60 and config.eval.every_steps == 200
+  assert not any(run.fit for run in study.STUDY if run.name.startswith(("easy_", "hard_")))
