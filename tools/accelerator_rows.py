@@ -113,7 +113,7 @@ class DataMaker(threading.Thread):
     super().__init__(daemon=True)
     self.session, self.task = session, task
     self.status, self.seconds = None, None
-    self.parts: dict[str, float] = {}  # seconds of each command, to see where a slow call went
+    self.parts: dict[str, float] = {}  # each command's seconds and the workers: where time went
 
   def run(self) -> None:
     began = time.monotonic()

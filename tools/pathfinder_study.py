@@ -3,7 +3,8 @@
 Every study run is an ordinary `lra run pathfinder MIXER --preset laptop` with a few overrides, in
 results/pathfinder_study/<name>/ (config.json says everything it ran with). This file is the list
 of those runs, in the order they were made, with the question each one asks; `summary` turns
-their folders into results/pathfinder_study/README.md and one curves PNG per difficulty.
+their folders into results/pathfinder_study/README.md and one curves PNG per difficulty (and one
+for the fitting screens, FIT below).
 
   python tools/pathfinder_study.py list                  # the runs and their commands
   python tools/pathfinder_study.py run NAME [--core C] [--stop-after S]   # one run, or resume it
@@ -122,8 +123,8 @@ STUDY = (
     StudyRun("fit_s5", "s5", "How far does the easy_s5_long block fit the same 480 images?",
              (*FIT, "model.embedding=dense", "mixers.s5.state_size=32", "mixers.s5.blocks=4",
               "train.learning_rate=0.004", "train.ssm_learning_rate=0.001"), difficulty="easy"),
-    # Mean pooling averages 1,024 tokens of mostly background; a learned token that attends (or
-    # is summed into) the sequence can keep what one contour's pixels say.
+    # Mean pooling averages 1,024 tokens, mostly background; a learned class token, mixed with
+    # the sequence by every layer, is read out alone.
     StudyRun("fit_latte_cls", "latte", "Does a learned class token instead of mean pooling let "
              "Latte fit them faster?", (*FIT, "model.embedding=dense", "model.pooling=cls"),
              difficulty="easy"),
@@ -228,7 +229,8 @@ def summary() -> None:
 
 
 def _plot(studies: list[StudyRun]) -> list[str]:
-  """curves_<difficulty>.png per difficulty (lra plot's figure); returns their file names."""
+  """curves_<difficulty>.png per difficulty and curves_fit.png for the fitting screens (lra plot's
+  figure); returns their file names."""
   from lra.plot import curves_figure
   names = []
   groups = {d: [s for s in studies if s.difficulty == d and not s.fit]
