@@ -40,7 +40,8 @@ def test_rows_start_pack_adopt_then_resume_the_next_from_its_archive(
   assert report["status"] == "complete at step 60 of 60" and report["steps_per_s"] > 0
   data = report["phases"]["data"]
   assert data["status"] == "ready" and data["generate_s"] > 0 and data["prepare_s"] > 0
-  assert data["generate_s"] + data["prepare_s"] <= data["seconds"]
+  # Each of the three is rounded to 0.1 s: the parts' sum may exceed the total by up to 0.15 s.
+  assert data["generate_s"] + data["prepare_s"] <= data["seconds"] + 0.2
   assert report["phases"]["compile"]["exit_code"] == 0
   assert [a["file"] for a in report["archive"]] == ["listops-latte-paper_seed0.pack"]
   assert "Row: listops-latte-paper-seed0" in (out / "rows.md").read_text()
