@@ -3,11 +3,12 @@ name, a compiled program's FLOPs and the command line a generated file records.
 """
 from __future__ import annotations
 
-import os
 import sys
 from typing import Sequence
 
 import jax
+
+from lra import writers
 
 
 def device_name(device: jax.Device) -> str:
@@ -30,12 +31,4 @@ def recorded_command(argv: Sequence[str] | None = None) -> str:
   argv = list(sys.argv if argv is None else argv)
   if argv[1:2] != ["bench"]:
     return "lra bench"
-  cwd, home = os.getcwd() + os.sep, os.path.expanduser("~")
-  words = []
-  for word in argv[2:]:
-    if word.startswith(cwd):
-      word = word[len(cwd):]
-    elif word.startswith(home + os.sep):
-      word = "~" + word[len(home):]
-    words.append(word)
-  return " ".join(["lra bench", *words])
+  return " ".join(["lra bench", *map(writers.portable, argv[2:])])

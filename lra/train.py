@@ -382,7 +382,7 @@ class RunFiles:
         "best_test_step": book.best_test["step"], "test_accuracy_last": last_test,
         "num_params": self.num_params, "steps_per_s": rate, "wall_time_s": wall,
         "examples_seen": step * config.train.batch_size, "seq_len": spec.seq_len,
-        "data": {k: self.data.meta.get(k) for k in ("splits", "source", "validation", "options")},
+        "data": _data_record(self.data.meta),
         "dtype": config.model.dtype, "batching": dataclasses.asdict(batching_of(config)),
         "stop_reason": stop_reason, **self.context,
     }
@@ -655,3 +655,12 @@ def _best_effort(ended: Callable[..., None], *args, **kwargs) -> None:
     ended(*args, **kwargs)
   except OSError:
     pass
+
+
+def _data_record(meta: Mapping[str, Any]) -> dict:
+  """final.json's account of the data: meta.json's, its source's path without this machine in it
+  (the cache keeps the full path, for its own rebuild command)."""
+  record = {k: meta.get(k) for k in ("splits", "source", "validation", "options")}
+  if isinstance(record["source"], Mapping) and "path" in record["source"]:
+    record["source"] = {**record["source"], "path": writers.portable(record["source"]["path"])}
+  return record

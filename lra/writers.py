@@ -9,6 +9,17 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
 
+def portable(word: str) -> str:
+  """`word` without this machine in it: a path under the current folder becomes relative and one
+  under the home folder starts with ~, so a committed record reads the same from any checkout."""
+  cwd, home = os.getcwd() + os.sep, os.path.expanduser("~")
+  if word.startswith(cwd):
+    return word[len(cwd):]
+  if word.startswith(home + os.sep):
+    return "~" + word[len(home):]
+  return word
+
+
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
   """Writes to a temporary file, fsyncs, then renames over the target.
 

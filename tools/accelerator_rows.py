@@ -147,14 +147,14 @@ class DataMaker(threading.Thread):
 def place_state(session: Session) -> dict[str, Any]:
   """The row's newest state in .rows/results: a newer one left by an earlier call stays,
   else the committed archive is unpacked, else the row starts."""
-  from lra import ledger, pack
+  from lra import ledger, pack, writers
   row, args = session.row, session.args
   here = session.results / row["run"]
   committed = ledger.archive(row, args.results_dir)
   mine = ledger.final(row, session.results) if here.exists() else None
   theirs = pack.read_manifest(committed) if pack.parts_of(committed, existing_only=True) else None
   if mine and (theirs is None or (mine.get("step") or 0) >= (theirs.get("step") or 0)):
-    return {"from": f"{here} (an earlier call's)", "step": mine.get("step")}
+    return {"from": f"{writers.portable(str(here))} (an earlier call's)", "step": mine.get("step")}
   shutil.rmtree(here, ignore_errors=True)
   if theirs is None:
     return {"from": "nothing: the row starts", "step": 0}

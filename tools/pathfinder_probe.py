@@ -54,6 +54,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
+from lra.writers import portable  # noqa: E402
+
+
 class PlainCNN(nn.Module):
   """Convolutions at full resolution, then strided ones: [B, S, S, 1] -> [B, 2] logits."""
   width: int = 16
@@ -396,7 +399,7 @@ def train(args: argparse.Namespace) -> tuple[dict, dict]:
   steps = book["steps"]
 
   def report(status: str, stopped_at: dict | None = None) -> dict:
-    out = {"command": " ".join(["python tools/pathfinder_probe.py", *args.argv]),
+    out = {"command": " ".join(["python tools/pathfinder_probe.py", *map(portable, args.argv)]),
            **settings, "steps": steps, "epochs": round(steps * args.batch_size / len(train_y), 2),
            "status": status, "device": jax.devices()[0].device_kind,
            "time_budget_s": args.time_budget_s, "resumed_at": book["resumed_at"],
