@@ -1,5 +1,6 @@
-"""tools/accelerator_rows.py with --quick: a ledger row started, packed and adopted; the next row
-resumed from its committed archive, with the data and compiled steps of the earlier call."""
+"""tools/accelerator_rows.py with --quick: two ledger rows started, completed, packed and adopted
+in one call (the second's data and steps made while the first trained); the next row resumed from
+its committed archive, with the data and compiled steps of the earlier call."""
 import json
 import shutil
 import sys
@@ -18,46 +19,58 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def committed(tmp_path):
-  """A results folder holding the real ledger's first two rows and nothing else."""
+  """A results folder holding four of the real ledger's ListOps rows and nothing else."""
   results = tmp_path / "results"
   results.mkdir()
   doc = json.loads((ROOT / "results" / "ledger.json").read_text())
-  doc["rows"] = [r for r in doc["rows"] if r["id"] in ("listops-latte-paper-seed0",
-                                                       "listops-latte-paper-seed1")]
+  doc["rows"] = [r for r in doc["rows"] if r["id"] in (
+      "listops-latte-paper-seed0", "listops-latte-paper-seed1", "listops-latte-paper-seed2",
+      "listops-softmax-paper-seed0")]
   (results / "ledger.json").write_text(json.dumps(doc))
   return results
 
 
-def test_rows_start_pack_adopt_then_resume_the_next_from_its_archive(
+def test_rows_chain_pack_adopt_then_resume_the_next_from_its_archive(
     committed, tmp_path, step_clock, monkeypatch, capsys):
   work = tmp_path / "work"
-  first, second = ledger.load(committed / "ledger.json")
+  first, second, third, fourth = ledger.load(committed / "ledger.json")
   out = tmp_path / "out1"
   assert rows.main(["--quick", "--out", str(out), "--results-dir", str(committed), "--work",
-                    str(work), "--budget-s", "1200"]) == 0
+                    str(work), "--budget-s", "1200", "--max-rows", "2"]) == 0
   report = json.loads((out / "rows.json").read_text())
-  assert report["row"] == first["id"] and report["step_before"] == 0
-  assert report["status"] == "complete at step 60 of 60" and report["steps_per_s"] > 0
-  data = report["phases"]["data"]
+  one, two = report["rows"]
+  assert one["row"] == first["id"] and one["step_before"] == 0
+  assert one["status"] == "complete at step 60 of 60" and one["steps_per_s"] > 0
+  data = one["phases"]["data"]
   assert data["status"] == "ready" and data["generate_s"] > 0 and data["prepare_s"] > 0
   # Each of the three is rounded to 0.1 s: the parts' sum may exceed the total by up to 0.15 s.
   assert data["generate_s"] + data["prepare_s"] <= data["seconds"] + 0.2
-  assert report["phases"]["compile"]["exit_code"] == 0
-  assert [a["file"] for a in report["archive"]] == ["listops-latte-paper_seed0.pack"]
-  assert "Row: listops-latte-paper-seed0" in (out / "rows.md").read_text()
+  assert one["phases"]["compile"]["exit_code"] == 0
+  assert [a["file"] for a in one["archive"]] == ["listops-latte-paper_seed0.pack"]
+  # The second row took the rest of the budget, its data (the same cache) and steps ready.
+  assert two["row"] == second["id"] and two["step_before"] == 0
+  assert two["status"] == "complete at step 60 of 60"
+  assert two["phases"]["data"]["status"] == "ready (made for an earlier row)"
+  assert two["phases"]["compile"]["exit_code"] == 0
+  assert [a["file"] for a in two["archive"]] == ["listops-latte-paper_seed1.pack"]
+  assert report["status"] == (f"{first['id']} complete at step 60 of 60; "
+                              f"{second['id']} complete at step 60 of 60")
+  text = (out / "rows.md").read_text()
+  assert f"## {first['id']}: complete" in text and f"## {second['id']}: complete" in text
 
   assert rows.main(["--adopt", str(out), "--results-dir", str(committed)]) == 0
-  row_dir = committed / first["run"]
-  assert sorted(p.name for p in row_dir.iterdir()) == ["config.json", "final.json",
-                                                       "metrics.jsonl", "run.pack"]
-  assert json.loads((row_dir / "final.json").read_text())["step"] == 60
-  assert ledger.first_unfinished([first, second], committed) == second
+  for row in (first, second):
+    row_dir = committed / row["run"]
+    assert sorted(p.name for p in row_dir.iterdir()) == ["config.json", "final.json",
+                                                         "metrics.jsonl", "run.pack"]
+    assert json.loads((row_dir / "final.json").read_text())["step"] == 60
+  assert ledger.first_unfinished([first, second, third, fourth], committed) == third
 
-  # Row 2's committed state: a run of its quick command stopped at a step-based deadline (each
+  # Row 3's committed state: a run of its quick command stopped at a step-based deadline (each
   # step 1 s, each evaluation of a split 3 s, each save 2 s), packed, its checkpoints not kept.
   step_clock()
-  row_dir = committed / second["run"]
-  args = ledger.run_args(second) + [f"--config.{o}" for o in rows.QUICK_OVERRIDES]
+  row_dir = committed / third["run"]
+  args = ledger.run_args(third) + [f"--config.{o}" for o in rows.QUICK_OVERRIDES]
   assert lra_main([*args, "--quiet", "--data-dir", str(work / "data"), "--run-dir", str(row_dir),
                    "--stop-after", "55"]) == 130  # stops at step 33 today
   monkeypatch.undo()
@@ -67,14 +80,19 @@ def test_rows_start_pack_adopt_then_resume_the_next_from_its_archive(
   shutil.rmtree(row_dir / "checkpoints")
   capsys.readouterr()
 
+  # Too little left after row 3 for another: row 4's data and compile, begun beside row 3's
+  # training, are stopped and the call ends with row 3 alone.
+  monkeypatch.setattr(rows, "NEXT_ROW_MIN_S", 10**6)
   out = tmp_path / "out2"
   assert rows.main(["--quick", "--out", str(out), "--results-dir", str(committed), "--work",
                     str(work), "--budget-s", "1200"]) == 0
   report = json.loads((out / "rows.json").read_text())
-  assert report["row"] == second["id"] and report["step_before"] == stopped["step"]
-  assert report["phases"]["state"]["from"].endswith(f"{second['run']}/run.pack")
-  assert report["phases"]["data"]["status"] == "ready (made by an earlier call)"
+  (only,) = report["rows"]
+  assert only["row"] == third["id"] and only["step_before"] == stopped["step"]
+  assert only["phases"]["state"]["from"].endswith(f"{third['run']}/run.pack")
+  assert only["phases"]["data"]["status"] == "ready (made by an earlier call)"
   assert report["status"] == "complete at step 60 of 60"
+  assert not (work / "results" / fourth["run"]).exists()
 
 
 def test_a_finished_ledger_says_so(committed, tmp_path):

@@ -9,13 +9,15 @@ complete, unpacks that folder's committed archive (run.pack or its parts) if the
 the row's data on all host cores while the accelerator compiles the row's steps (a separate
 process filling JAX's persistent compilation cache, which the run then reads), trains with
 `lra run ... --stop-after` so the run ends, saved, before the budget, packs it into OUT and writes
-OUT/rows.md and OUT/rows.json (the row, steps before and after, the best so far, steps/s, where
-the minutes went). With --probe, tools/step_probe.py runs first (its report into OUT too) while
-the data is made. Its working folder (.rows/, ignored by git) survives between calls to a warm
-machine, so a second call reuses the data, the compiled steps and the newer state.
+OUT/rows.md and OUT/rows.json (per row: steps before and after, the best so far, steps/s, where
+the minutes went). A row that completes with time to spare hands the rest of the budget to the
+next unfinished row, whose data and compiled steps were made beside the first one's training.
+With --probe, tools/step_probe.py runs first (its report into OUT too) while the data is made.
+Its working folder (.rows/, ignored by git) survives between calls to a warm machine, so a
+second call reuses the data, the compiled steps and the newer state.
 
-Back on the session's machine, --adopt OUT moves the archive into the row's run folder (replacing
-the previous one, parts included) and its run files beside it, ready to commit.
+Back on the session's machine, --adopt OUT moves each archive into its row's run folder
+(replacing the previous one, parts included) and its run files beside it, ready to commit.
 """
 from __future__ import annotations
 
@@ -35,6 +37,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PACK_RESERVE_S = 30  # packing (~20 MB), the report, the command's exit
+# A further row is begun only with this much of the budget left: its state placed, a minute of
+# training, its pack. Less would add an archive to OUT for a few steps.
+NEXT_ROW_MIN_S = 120
+OUT_FILES_MAX = 8  # what a device call returns; a further row's archive may take two of them
 # How each task's rows get their data: LRA's generated ListOps (the default recipe, whose stream
 # states are recorded: the same files on any number of cores) and LRA's hard Pathfinder-32.
 DATA = {
@@ -72,10 +78,18 @@ class Session:
     self.env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str((self.work / "jax_cache").resolve()),
                 "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                 "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1", "PYTHONUNBUFFERED": "1"}
-    rows = ledger.load(args.results_dir / "ledger.json")
-    self.row = ledger.first_unfinished(rows, args.results_dir)
+    self.ledger = ledger.load(args.results_dir / "ledger.json")
+    self.finished: list[str] = []  # rows this call completed (their folders are in .rows/)
+    self.made: set[str] = set()  # data caches this call made
     self.report: dict[str, Any] = {"command": "python tools/accelerator_rows.py " + shlex.join(
-        args.argv), "quick": args.quick, "budget_s": args.budget_s, "phases": {}}
+        args.argv), "quick": args.quick, "budget_s": args.budget_s, "rows": []}
+
+  def next_row(self, skip: str | None = None) -> dict[str, Any] | None:
+    """The first ledger row (other than `skip`) neither committed complete nor completed by
+    this call."""
+    from lra import ledger
+    return ledger.first_unfinished(
+        [r for r in self.ledger if r["id"] not in (*self.finished, skip)], self.args.results_dir)
 
   def left(self) -> float:
     return self.deadline - time.monotonic()
@@ -97,10 +111,10 @@ class Session:
 # ---------------------------------------------------------------------------------------------
 # The pieces, in the order a call runs them.
 
-def row_command(session: Session) -> tuple[list[str], str]:
+def row_command(session: Session, row: dict[str, Any]) -> tuple[list[str], str]:
   """The row's `lra run` arguments (quick: shrunk) and its task."""
   from lra import ledger
-  args = ledger.run_args(session.row)
+  args = ledger.run_args(row)
   if session.args.quick:
     args += [f"--config.{o}" for o in QUICK_OVERRIDES]
   return args, args[1]
@@ -114,13 +128,16 @@ class DataMaker(threading.Thread):
     self.session, self.task = session, task
     self.status, self.seconds = None, None
     self.parts: dict[str, float] = {}  # each command's seconds and the workers: where time went
+    self.proc: subprocess.Popen | None = None
 
   def run(self) -> None:
     began = time.monotonic()
     s, recipe = self.session, DATA[self.task]
     cache = s.data_dir / recipe["cache"]
     if (cache / "meta.json").exists():
-      self.status, self.seconds = "ready (made by an earlier call)", 0.0
+      made_here = recipe["cache"] in s.made
+      self.status = f"ready (made {'for an earlier row' if made_here else 'by an earlier call'})"
+      self.seconds = 0.0
       return
     raw = s.work / f"{self.task}_raw"
     shutil.rmtree(raw, ignore_errors=True)
@@ -133,22 +150,57 @@ class DataMaker(threading.Thread):
                 lra("data", "prepare", self.task, "--source", str(raw), "--data-dir",
                     str(s.data_dir))):
       started = time.monotonic()
-      code = s.child(cmd, "data.log").wait()
+      self.proc = s.child(cmd, "data.log")
+      code = self.proc.wait()
       self.parts[f"{cmd[4]}_s"] = round(time.monotonic() - started, 1)
       if code != 0:
         self.status = f"`{shlex.join(cmd[3:6])}` failed (see .rows/data.log)"
         break
     else:
       self.status = "ready"
+      s.made.add(recipe["cache"])
       shutil.rmtree(raw, ignore_errors=True)
     self.seconds = time.monotonic() - began
 
 
-def place_state(session: Session) -> dict[str, Any]:
+class RowWork:
+  """One row's preparation: its data (a thread on the host's cores) and its compiled steps (a
+  child process filling the persistent compilation cache), each timed on its own."""
+
+  def __init__(self, session: Session, row: dict[str, Any]):
+    self.session, self.row = session, row
+    self.args, self.task = row_command(session, row)
+    self.spec = QUICK_SPEC[self.task] if session.args.quick else row["spec"]
+    self.phases: dict[str, Any] = {}
+    self.data = DataMaker(session, self.task)
+    self.data.start()
+    self.compile: subprocess.Popen | None = None
+    self.compile_s: float | None = None
+
+  def start_compile(self) -> None:
+    began = time.monotonic()
+    self.compile = self.session.child(
+        [sys.executable, str(Path(__file__).resolve()), "--warm-up",
+         json.dumps({"args": self.args, "spec": self.spec})], "warm_up.log")
+
+    def timed(proc=self.compile):
+      proc.wait()
+      self.compile_s = round(time.monotonic() - began, 1)
+    threading.Thread(target=timed, daemon=True).start()
+
+  def cancel(self) -> None:
+    """Stops what is still running: the call ends before this row's turn."""
+    for proc in (self.compile, self.data.proc):
+      if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, 9)
+    self.data.join()
+
+
+def place_state(session: Session, row: dict[str, Any]) -> dict[str, Any]:
   """The row's newest state in .rows/results: a newer one left by an earlier call stays,
   else the committed archive is unpacked, else the row starts."""
   from lra import ledger, pack, writers
-  row, args = session.row, session.args
+  args = session.args
   here = session.results / row["run"]
   committed = ledger.archive(row, args.results_dir)
   mine = ledger.final(row, session.results) if here.exists() else None
@@ -193,73 +245,103 @@ def metrics_summary(run_dir: Path, after: int) -> dict[str, Any]:
 
 
 def advance(session: Session) -> None:
-  """The whole call: data and compile (or probe), state, training, pack, report."""
-  from lra import ledger
-  row, report = session.row, session.report
+  """The whole call: the first unfinished row (after the probe, if asked), then, while one
+  completes with NEXT_ROW_MIN_S to spare, the next."""
+  row = session.next_row()
   if row is None:
-    report["status"] = "every ledger row is complete: nothing to run"
+    session.report["status"] = "every ledger row is complete: nothing to run"
     return
-  args, task = row_command(session)
-  spec = QUICK_SPEC[task] if session.args.quick else row["spec"]
-  report.update(row=row["id"], row_command=row["command"], run=row["run"])
-  session.log(f"row {row['id']}: {row['command']}")
-  data = DataMaker(session, task)
-  data.start()
-  began = time.monotonic()
+  work = RowWork(session, row)
   if session.args.probe:  # the probe on the accelerator while the host makes the data
+    began = time.monotonic()
     probe = session.child([sys.executable, str(REPO / "tools" / "step_probe.py"), "--out",
                            str(session.out), "--budget-s", str(session.args.probe_budget_s),
                            *(["--quick"] if session.args.quick else [])], "probe.log")
     code = probe.wait()
-    report["phases"]["probe"] = {"seconds": round(time.monotonic() - began, 1),
-                                 "exit_code": code, "report": "step_probe.md"}
+    work.phases["probe"] = {"seconds": round(time.monotonic() - began, 1), "exit_code": code,
+                            "report": "step_probe.md"}
     session.log(f"probe: exit {code}")
-  warm = session.child([sys.executable, str(Path(__file__).resolve()), "--warm-up",
-                        json.dumps({"args": args, "spec": spec})], "warm_up.log")
-  state = place_state(session)
-  report["phases"]["state"] = state
+  work.start_compile()
+  while work is not None:
+    work = advance_row(session, work)
+  sections = session.report["rows"]
+  session.report["status"] = (sections[0]["status"] if len(sections) == 1 else "; ".join(
+      f"{s['row']} {s['status']}" for s in sections))
+  folders = [f"results/{s['run']}/" for s in sections if s.get("archive")]
+  if folders:
+    session.report["next"] = (
+        "python tools/accelerator_rows.py --adopt OUT; then commit each row's run folder "
+        f"({', '.join(folders)}: run.pack*, config.json, final.json, metrics.jsonl) and the "
+        "tables (lra table --committed)")
+
+
+def advance_row(session: Session, work: RowWork) -> RowWork | None:
+  """One row: state, compiled steps and data, training, pack, its section of the report.
+  Returns the next row's work when this row completed with time to spare, else None."""
+  row = work.row
+  section: dict[str, Any] = {"row": row["id"], "row_command": row["command"], "run": row["run"],
+                             "phases": work.phases}
+  session.report["rows"].append(section)
+  session.log(f"row {row['id']}: {row['command']}")
+  state = place_state(session, row)
+  section["phases"]["state"] = state
   session.log(f"state: {state['from']} (step {state['step']})")
-  code = warm.wait()
-  report["phases"]["compile"] = {"seconds": round(time.monotonic() - began, 1),
-                                 "exit_code": code}
-  data.join()
-  report["phases"]["data"] = {"status": data.status, "seconds": round(data.seconds or 0, 1),
-                              **data.parts}
+  code = work.compile.wait()
+  work.data.join()
+  while work.compile_s is None:  # its timer thread records the moment the child ended
+    time.sleep(0.01)
+  section["phases"]["compile"] = {"seconds": work.compile_s, "exit_code": code}
+  data = work.data
+  section["phases"]["data"] = {"status": data.status, "seconds": round(data.seconds or 0, 1),
+                               **data.parts}
   session.log(f"data: {data.status} ({data.seconds or 0:.0f} s); compile: exit {code}")
   session.write()
   if data.status is None or not data.status.startswith("ready"):
-    report["status"] = f"no data: {data.status}"
-    return
+    section["status"] = f"no data: {data.status}"
+    return None
   run_dir = session.results / row["run"]
   stop_after = session.left() - PACK_RESERVE_S
   if stop_after < 30:
-    report["status"] = f"out of time before training ({session.left():.0f} s left)"
-    return
-  cmd = lra(*args, "--data-dir", str(session.data_dir), "--run-dir", str(run_dir), "--quiet",
+    section["status"] = f"out of time before training ({session.left():.0f} s left)"
+    return None
+  cmd = lra(*work.args, "--data-dir", str(session.data_dir), "--run-dir", str(run_dir), "--quiet",
             "--stop-after", f"{stop_after:.0f}")
   began = time.monotonic()
-  code = session.child(cmd, "run.log").wait()
+  training = session.child(cmd, "run.log")
+  following = None
+  if session.args.max_rows is None or len(session.report["rows"]) < session.args.max_rows:
+    nxt = session.next_row(skip=row["id"])
+    if nxt is not None:  # its data and compiled steps, made while this row trains
+      following = RowWork(session, nxt)
+      following.start_compile()
+  code = training.wait()
   summary = metrics_summary(run_dir, state["step"] or 0)
-  report["phases"]["run"] = {"seconds": round(time.monotonic() - began, 1), "exit_code": code,
-                             "command": shlex.join(["lra", *cmd[3:]]).replace(
-                                 str(session.work), ".rows")}
-  report.update(step_before=state["step"], **summary)
+  section["phases"]["run"] = {"seconds": round(time.monotonic() - began, 1), "exit_code": code,
+                              "command": shlex.join(["lra", *cmd[3:]]).replace(
+                                  str(session.work), ".rows")}
+  section.update(step_before=state["step"], **summary)
   session.log(f"run: exit {code}, step {state['step']} -> {summary['step']}")
   if code not in (0, 130):
-    report["status"] = f"the run failed (exit {code}; see .rows/run.log)"
-    report["run_log_tail"] = (session.work / "run.log").read_text()[-2000:]
-    return
-  from lra import pack
-  began = time.monotonic()
-  name = "-".join(row["run"].split("/")[1:]) + ".pack"  # letters, digits, '.', '_', '-'
-  written = pack.pack(run_dir, session.out / _safe(name))
-  report["phases"]["pack"] = {"seconds": round(time.monotonic() - began, 1)}
-  report["archive"] = [{"file": p.name, "bytes": p.stat().st_size} for p in written]
-  report["status"] = (f"{summary['status']} at step {summary['step']:,} of "
-                      f"{summary['num_steps']:,}")
-  report["next"] = (f"python tools/accelerator_rows.py --adopt OUT; then commit "
-                    f"{ledger.LEDGER.parent / row['run']}/ (run.pack*, config.json, "
-                    "final.json, metrics.jsonl) and the tables (lra table --committed)")
+    section["status"] = f"the run failed (exit {code}; see .rows/run.log)"
+    section["run_log_tail"] = (session.work / "run.log").read_text()[-2000:]
+  else:
+    from lra import pack
+    began = time.monotonic()
+    name = "-".join(row["run"].split("/")[1:]) + ".pack"  # letters, digits, '.', '_', '-'
+    written = pack.pack(run_dir, session.out / _safe(name))
+    section["phases"]["pack"] = {"seconds": round(time.monotonic() - began, 1)}
+    section["archive"] = [{"file": p.name, "bytes": p.stat().st_size} for p in written]
+    section["status"] = (f"{summary['status']} at step {summary['step']:,} of "
+                         f"{summary['num_steps']:,}")
+  session.write()
+  if summary["status"] == "complete":
+    session.finished.append(row["id"])
+    room = len(list(session.out.iterdir())) + 2 <= OUT_FILES_MAX
+    if following is not None and session.left() >= NEXT_ROW_MIN_S and room:
+      return following
+  if following is not None:
+    following.cancel()
+  return None
 
 
 def _safe(name: str) -> str:
@@ -270,13 +352,20 @@ def _safe(name: str) -> str:
 # Back on the session's machine.
 
 def adopt(out: Path, results_dir: Path) -> list[Path]:
-  """Moves OUT's archive into its row's run folder as run.pack (or its parts), replacing the old
-  one, and copies the run files beside it; returns what changed."""
-  from lra import ledger, pack
+  """Moves each archive in OUT into its row's run folder as run.pack (or its parts), replacing
+  the old one, and copies the run files beside it; returns what changed."""
   report = json.loads((out / "rows.json").read_text())
-  if not report.get("archive"):
+  sections = [s for s in report.get("rows", [report]) if s.get("archive")]  # [report]: one row's
+  if not sections:
     raise ValueError(f"{out / 'rows.json'}: this call packed no archive ({report.get('status')})")
-  first = out / report["archive"][0]["file"]
+  changed = []
+  for section in sections:
+    changed += _adopt_archive(out / section["archive"][0]["file"], results_dir)
+  return changed
+
+
+def _adopt_archive(first: Path, results_dir: Path) -> list[Path]:
+  from lra import ledger, pack
   manifest = pack.read_manifest(first)
   target = results_dir / manifest["run"]
   changed = []
@@ -290,7 +379,7 @@ def adopt(out: Path, results_dir: Path) -> list[Path]:
         changed.append(target / name)
   for old in pack.parts_of(target / ledger.ARCHIVE, existing_only=True):
     old.unlink()
-  for index, part in enumerate(pack.parts_of(first)):
+  for part in pack.parts_of(first):
     suffix = part.name[len(first.name.split(".pack")[0] + ".pack"):]
     shutil.copyfile(part, target / (ledger.ARCHIVE + suffix))
     changed.append(target / (ledger.ARCHIVE + suffix))
@@ -307,22 +396,23 @@ def render(report: dict[str, Any]) -> str:
   if report.get("quick"):
     lines += ["**A `--quick` run**: tiny sizes that show the report's format.", ""]
   lines += [f"`{report['command']}`: budget {report['budget_s']:.0f} s, used "
-            f"{report.get('wall_s', 0):.0f} s. Status: {report.get('status', 'running')}.", ""]
-  if report.get("row"):
-    lines += [f"- Row: {report['row']}: `{report['row_command']}` ({report['run']}), on "
-              f"{report.get('device')} with JAX {report.get('jax')}",
-              f"- Steps: {report.get('step_before')} -> {report.get('step')} of "
-              f"{report.get('num_steps')}; {report.get('steps_per_s') or 0:.1f} steps/s "
+            f"{report.get('wall_s', 0):.0f} s. Status: {report.get('status', 'running')}."]
+  for section in report.get("rows", []):
+    lines += ["", f"## {section['row']}: {section.get('status', 'running')}", "",
+              f"- Row: `{section['row_command']}` ({section['run']}), on "
+              f"{section.get('device')} with JAX {section.get('jax')}",
+              f"- Steps: {section.get('step_before')} -> {section.get('step')} of "
+              f"{section.get('num_steps')}; {section.get('steps_per_s') or 0:.1f} steps/s "
               "(median of this call's log windows after the first)",
-              f"- Best so far: {pct(report.get('test_accuracy'))} test at the best val step "
-              f"{report.get('best_step')} (val {pct(report.get('val_accuracy'))}); best test "
-              f"{pct(report.get('best_test_accuracy'))}"]
-    for name, phase in report.get("phases", {}).items():
+              f"- Best so far: {pct(section.get('test_accuracy'))} test at the best val step "
+              f"{section.get('best_step')} (val {pct(section.get('val_accuracy'))}); best test "
+              f"{pct(section.get('best_test_accuracy'))}"]
+    for name, phase in section.get("phases", {}).items():
       lines.append(f"- {name}: " + ", ".join(f"{k} {v}" for k, v in phase.items()))
-    for entry in report.get("archive", []):
+    for entry in section.get("archive", []):
       lines.append(f"- Archive: {entry['file']} ({entry['bytes'] / 2**20:.1f} MiB)")
-    if report.get("next"):
-      lines += ["", f"Next: {report['next']}"]
+  if report.get("next"):
+    lines += ["", f"Next: {report['next']}"]
   return "\n".join(lines) + "\n"
 
 
@@ -333,6 +423,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser.add_argument("--probe", action="store_true", help="run tools/step_probe.py first")
   parser.add_argument("--probe-budget-s", type=float, default=240)
   parser.add_argument("--quick", action="store_true", help="tiny sizes, for a CPU")
+  parser.add_argument("--max-rows", type=int, help="advance at most this many rows (default: "
+                      "each completed row hands what is left of the budget to the next)")
   parser.add_argument("--results-dir", type=Path, default=REPO / "results",
                       help="the committed results: the ledger and the rows' archives")
   parser.add_argument("--work", type=Path, default=REPO / ".rows",
@@ -363,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
   finally:
     session.write()
   print(render(session.report))
-  return 0 if "archive" in session.report or session.row is None else 1
+  sections = session.report["rows"]
+  return 0 if not sections or any(s.get("archive") for s in sections) else 1
 
 
 if __name__ == "__main__":
