@@ -106,7 +106,8 @@ STUDY = (
     # evaluated every 1,000 steps (the eval time goes to training), in parts across sessions.
     StudyRun("easy_s5_long", "s5", "Does S5 (the easy_s5_dense_lr4e-3 block) leave chance on "
              "the easy set within 6 epochs (30,000 steps), where the CNN probe needed 2-4 on the "
-             "hard one?",
+             "hard one? (Stopped at step 20,247, 4 epochs, every evaluation a constant answer, "
+             "for easy_latte_lr1e-2_long.)",
              ("model.embedding=dense", "mixers.s5.state_size=32", "mixers.s5.blocks=4",
               "train.learning_rate=0.004", "train.ssm_learning_rate=0.001",
               "train.num_steps=30000", "eval.every_steps=1000", "checkpoint.every_steps=1000"),
@@ -148,6 +149,14 @@ STUDY = (
     StudyRun("easy_latte_lr4e-3_long", "latte", "Does Latte at 4e-3 (the block that fitted "
              "furthest) leave chance on the easy set within 6 epochs (30,000 steps)?",
              ("model.embedding=dense", "train.learning_rate=0.004", "train.num_steps=30000",
+              "eval.every_steps=1000", "checkpoint.every_steps=1000"), difficulty="easy"),
+    # Its first 3,232 steps stayed at chance; the screens ranked 1e-2 above 4e-3 (loss 0.610 and
+    # 0.631 at step 600). S5's long run gave its core to this one at step 20,247: its block fitted
+    # none of the 480 screen images, at either rate, and all 20 of its evaluations were a constant
+    # answer.
+    StudyRun("easy_latte_lr1e-2_long", "latte", "Does Latte at 1e-2 (the best screen) leave "
+             "chance on the easy set within 6 epochs (30,000 steps)?",
+             ("model.embedding=dense", "train.learning_rate=0.01", "train.num_steps=30000",
               "eval.every_steps=1000", "checkpoint.every_steps=1000"), difficulty="easy"),
 )
 
