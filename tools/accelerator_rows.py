@@ -278,6 +278,7 @@ def advance(session: Session) -> None:
 def advance_row(session: Session, work: RowWork) -> RowWork | None:
   """One row: state, compiled steps and data, training, pack, its section of the report.
   Returns the next row's work when this row completed with time to spare, else None."""
+  from lra import ledger
   row = work.row
   section: dict[str, Any] = {"row": row["id"], "row_command": row["command"], "run": row["run"],
                              "phases": work.phases}
@@ -311,6 +312,8 @@ def advance_row(session: Session, work: RowWork) -> RowWork | None:
   following = None
   if session.args.max_rows is None or len(session.report["rows"]) < session.args.max_rows:
     nxt = session.next_row(skip=row["id"])
+    if nxt is not None and session.args.quick and ledger.run_args(nxt)[1] not in QUICK_SPEC:
+      nxt = None  # --quick has no small recipe for its task
     if nxt is not None:  # its data and compiled steps, made while this row trains
       following = RowWork(session, nxt)
       following.start_compile()
