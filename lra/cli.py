@@ -260,7 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
   listops.add_argument("--max-length", type=int, default=2000)
   listops.add_argument("--max-depth", type=int, default=10)
   listops.add_argument("--max-args", type=int, default=10)
-  listops.add_argument("--seed", type=int, default=0)
+  # Its own dest: the top level's --seed (a run's, default None) would otherwise replace this
+  # default (_let_global_flags_through), leaving the generator unseeded.
+  listops.add_argument("--seed", dest="generator_seed", type=int, default=0,
+                     help="the generator's seed (default 0: the suite's files)")
   listops.add_argument("--workers", type=int, default=1, help="processes: the same files, "
                        "faster, for the default recipe (its stream states are recorded)")
   pathfinder = gen_sub.add_parser(
@@ -270,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
   pathfinder.add_argument("--difficulty", default="hard", choices=("easy", "intermediate", "hard"),
                           help="contour length 6 (curv_baseline), 9 or 14 (default, LRA)")
   pathfinder.add_argument("--num-images", type=int, default=200_000)
-  pathfinder.add_argument("--seed", type=int, default=0)
+  pathfinder.add_argument("--seed", dest="generator_seed", type=int, default=0,
+                     help="the generator's seed (default 0: the suite's files)")
   pathfinder.add_argument("--workers", type=int, default=1, help="processes (same output for any)")
   pathfinder.add_argument("--stats", action="store_true",
                           help="also write stats.json (distractors placed, ink, halo, components, "
@@ -323,8 +327,10 @@ def _describe_subcommands(parser: argparse.ArgumentParser) -> None:
 def _let_global_flags_through(parser: argparse.ArgumentParser) -> None:
   """`lra --data-dir D data prepare ...` must use D: a subcommand's own default for a flag the
   top level also has would otherwise overwrite it silently. Subcommands keep the flag, without a
-  default of their own (the top level's, which is the same, applies)."""
-  shared = {a.dest for a in parser._actions if a.option_strings}  # pylint: disable=protected-access
+  default of their own (the top level's, which must be the same: a flag whose default differs
+  needs its own dest, as the generators' --seed has)."""
+  shared = {a.dest: a.default for a in parser._actions  # pylint: disable=protected-access
+            if a.option_strings}
   pending = [parser]
   while pending:
     for action in pending.pop()._actions:  # pylint: disable=protected-access
@@ -332,6 +338,9 @@ def _let_global_flags_through(parser: argparse.ArgumentParser) -> None:
         for sub in action.choices.values():
           for a in sub._actions:  # pylint: disable=protected-access
             if a.option_strings and a.dest in shared and a.dest != "help":
+              if a.default not in (shared[a.dest], argparse.SUPPRESS):
+                raise AssertionError(f"{sub.prog} {a.option_strings[0]}: default {a.default!r} "
+                                     f"would be replaced by the top level's {shared[a.dest]!r}")
               a.default = argparse.SUPPRESS
           pending.append(sub)
 

@@ -139,7 +139,7 @@ def generate(args: argparse.Namespace) -> int:
     out = listops_generator.write_release(
         args.out, num_train=args.num_train, num_val=args.num_val, num_test=args.num_test,
         min_length=args.min_length, max_length=args.max_length, max_depth=args.max_depth,
-        max_args=args.max_args, seed=args.seed, progress=True, workers=args.workers)
+        max_args=args.max_args, seed=args.generator_seed, progress=True, workers=args.workers)
     print(f"listops: wrote {out}/basic_{{train,val,test}}.tsv\n"
           f"next: lra data prepare listops --source {out}")
     return 0
@@ -147,7 +147,8 @@ def generate(args: argparse.Namespace) -> int:
     from lra.tasks.generators.pathfinder import generate as pathfinder_generator
     curv = pathfinder_generator.generate(
         args.out, resolution=args.resolution, difficulty=args.difficulty,
-        num_images=args.num_images, seed=args.seed, workers=args.workers, stats=args.stats)
+        num_images=args.num_images, seed=args.generator_seed, workers=args.workers,
+        stats=args.stats)
     task = "pathx" if args.resolution == 128 else "pathfinder"
     print(f"pathfinder: wrote {curv}/imgs and metadata" +
           (f", stats in {curv / pathfinder_generator.STATS_FILE}" if args.stats else ""))
