@@ -82,9 +82,18 @@ def _run_locked(config: ml_collections.ConfigDict, run_dir: Path, data_dir: Path
           f"{run_dir} holds another run ({_describe(reasons)}); pass --run-dir for a new run, "
           "or delete that folder to start over.")
   final_path = run_dir / "final.json"
-  if final_path.exists() and json.loads(final_path.read_text()).get("status") == "complete":
+  recorded = json.loads(final_path.read_text()) if final_path.exists() else {}
+  if recorded.get("status") == "complete":
     print(f"{run_dir} is already complete; delete it to run again.", file=sys.stderr)
-    return json.loads(final_path.read_text())
+    return recorded
+  changes = run_identity.data_changes(recorded.get("data") or {}, train.data_record(data.meta))
+  if recorded.get("step") and changes:
+    # A resumed run on other data would report one score for two datasets, and its best-val
+    # step would compare accuracies measured on different val sets.
+    raise ValueError(
+        f"{run_dir} was trained to step {recorded['step']} on other data than "
+        f"{data.cache_dir} holds ({'; '.join(changes)}). Point --data-dir at the data it was "
+        "trained on, or start a new run: --run-dir NEW, or delete that folder.")
   if progress:
     print(f"{task} x {mixer} ({preset}): {data.spec.seq_len} tokens, "
           f"{data.num_examples('train')} train examples -> {run_dir}", file=sys.stderr)

@@ -114,3 +114,35 @@ def same_run(stored: Mapping[str, Any], config: Mapping[str, Any],
   reasons += [f"it has {item}" for item in sorted(old - new)]
   reasons += [f"this command has {item}" for item in sorted(new - old)]
   return reasons
+
+
+def arrays_fingerprint(arrays: Mapping[str, Any] | None) -> str | None:
+  """One sha256 over a prepared cache's per-array sha256s (meta.json's `arrays`): the same data
+  made on any machine gives the same value; None for a cache that records no hashes."""
+  hashes = {name: entry.get("sha256") for name, entry in (arrays or {}).items()
+            if isinstance(entry, Mapping)}
+  if not hashes or None in hashes.values():
+    return None
+  return "sha256:" + hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()
+
+
+def data_changes(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+  """How the data a run was trained on (final.json's `data`) differs from what it would resume
+  on ([] when it does not, or when the record is too old to tell). Compared: the prepared
+  arrays' fingerprint, the source files' sha256s (not a listing's sizes and times, which change
+  when the same images are made again), the splits and the prepare options."""
+  reasons = []
+  old, new = recorded.get("arrays_sha256"), current.get("arrays_sha256")
+  if old and new and old != new:
+    reasons.append(f"prepared arrays {old[7:19]}..., now {new[7:19]}...")
+  old_files = (recorded.get("source") or {}).get("checksums") or {}
+  new_files = (current.get("source") or {}).get("checksums") or {}
+  for name in sorted(set(old_files) & set(new_files)):
+    a, b = str(old_files[name]), str(new_files[name])
+    if a.startswith("sha256:") and b.startswith("sha256:") and a != b:
+      reasons.append(f"{name} {a[7:19]}..., now {b[7:19]}...")
+  for key in ("splits", "options"):
+    if recorded.get(key) is not None and current.get(key) is not None and (
+        recorded[key] != current[key]):
+      reasons.append(f"{key} {recorded[key]}, now {current[key]}")
+  return reasons

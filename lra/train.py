@@ -33,7 +33,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra import checkpoints, distributed, dropout_rng, interrupts, memory, optim, writers
-from lra import stop_after
+from lra import run_identity, stop_after
 from lra.config_loading import mixer_label
 from lra.loggers import open_loggers
 from lra.models.build import build_model, execution_path
@@ -382,7 +382,7 @@ class RunFiles:
         "best_test_step": book.best_test["step"], "test_accuracy_last": last_test,
         "num_params": self.num_params, "steps_per_s": rate, "wall_time_s": wall,
         "examples_seen": step * config.train.batch_size, "seq_len": spec.seq_len,
-        "data": _data_record(self.data.meta),
+        "data": data_record(self.data.meta),
         "dtype": config.model.dtype, "batching": dataclasses.asdict(batching_of(config)),
         "stop_reason": stop_reason, **self.context,
     }
@@ -657,10 +657,12 @@ def _best_effort(ended: Callable[..., None], *args, **kwargs) -> None:
     pass
 
 
-def _data_record(meta: Mapping[str, Any]) -> dict:
+def data_record(meta: Mapping[str, Any]) -> dict:
   """final.json's account of the data: meta.json's, its source's path without this machine in it
-  (the cache keeps the full path, for its own rebuild command)."""
+  (the cache keeps the full path, for its own rebuild command), and one sha256 over the prepared
+  arrays' own: what a resumed run checks it still trains on (run_identity.data_changes)."""
   record = {k: meta.get(k) for k in ("splits", "source", "validation", "options")}
   if isinstance(record["source"], Mapping) and "path" in record["source"]:
     record["source"] = {**record["source"], "path": writers.portable(record["source"]["path"])}
+  record["arrays_sha256"] = run_identity.arrays_fingerprint(meta.get("arrays"))
   return record
