@@ -141,8 +141,8 @@ def data_changes(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> lis
     a, b = str(old_files[name]), str(new_files[name])
     if a.startswith("sha256:") and b.startswith("sha256:") and a != b:
       reasons.append(f"{name} {a[7:19]}..., now {b[7:19]}...")
-  for key in ("splits", "options"):
-    if recorded.get(key) is not None and current.get(key) is not None and (
-        recorded[key] != current[key]):
-      reasons.append(f"{key} {recorded[key]}, now {current[key]}")
+  for key in ("splits", "options"):  # per entry in both: a prepare option added later is not
+    old, new = recorded.get(key) or {}, current.get(key) or {}  # a change of data
+    reasons += [f"{key}.{name} {old[name]}, now {new[name]}" for name in sorted(set(old) & set(new))
+                if old[name] != new[name]]
   return reasons

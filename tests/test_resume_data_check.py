@@ -41,3 +41,22 @@ def test_a_run_refuses_to_resume_on_other_data(tmp_path, step_clock, monkeypatch
 
   assert lra_main([*RUN, "--data-dir", str(ours), "--run-dir", str(run_dir)]) == 0
   assert json.loads((run_dir / "final.json").read_text())["status"] == "complete"
+
+
+def test_what_counts_as_other_data():
+  from lra.run_identity import data_changes
+  record = {"arrays_sha256": "sha256:" + "a" * 64, "splits": {"train": 8, "val": 2},
+            "options": {"difficulty": "easy"},
+            "source": {"path": "/elsewhere", "checksums": {
+                "metadata/0.npy": "sha256:" + "b" * 64,
+                "imgs (listed in metadata)": "size+mtime:8:" + "c" * 64}}}
+  # The same images made again elsewhere: another path, another listing time; an option added to
+  # meta.json since, and an older record without the arrays' hash.
+  again = {**record, "source": {"path": "/here", "checksums": {
+      "metadata/0.npy": "sha256:" + "b" * 64, "imgs (listed in metadata)": "size+mtime:8:d"}},
+           "options": {"difficulty": "easy", "split_seed": 0}}
+  assert data_changes(record, again) == []
+  assert data_changes({k: v for k, v in record.items() if k != "arrays_sha256"}, again) == []
+  other = {**again, "arrays_sha256": "sha256:" + "e" * 64, "options": {"difficulty": "hard"}}
+  assert data_changes(record, other) == ["prepared arrays aaaaaaaaaaaa..., now eeeeeeeeeeee...",
+                                         "options.difficulty easy, now hard"]
