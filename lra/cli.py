@@ -263,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
   # Its own dest: the top level's --seed (a run's, default None) would otherwise replace this
   # default (_let_global_flags_through), leaving the generator unseeded.
   listops.add_argument("--seed", dest="generator_seed", type=int, default=0,
-                     help="the generator's seed (default 0: the suite's files)")
+                       help="the generator's seed (default 0: the suite's files)")
   listops.add_argument("--workers", type=int, default=1, help="processes: the same files, "
                        "faster, for the default recipe (its stream states are recorded)")
   pathfinder = gen_sub.add_parser(
@@ -274,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="contour length 6 (curv_baseline), 9 or 14 (default, LRA)")
   pathfinder.add_argument("--num-images", type=int, default=200_000)
   pathfinder.add_argument("--seed", dest="generator_seed", type=int, default=0,
-                     help="the generator's seed (default 0: the suite's files)")
+                          help="the generator's seed (default 0: the suite's files)")
   pathfinder.add_argument("--workers", type=int, default=1, help="processes (same output for any)")
   pathfinder.add_argument("--stats", action="store_true",
                           help="also write stats.json (distractors placed, ink, halo, components, "

@@ -129,6 +129,7 @@ class DataMaker(threading.Thread):
     self.status, self.seconds = None, None
     self.parts: dict[str, float] = {}  # each command's seconds and the workers: where time went
     self.proc: subprocess.Popen | None = None
+    self.stopped = False  # RowWork.cancel: start no further command
 
   def run(self) -> None:
     began = time.monotonic()
@@ -149,6 +150,9 @@ class DataMaker(threading.Thread):
                     *generate),
                 lra("data", "prepare", self.task, "--source", str(raw), "--data-dir",
                     str(s.data_dir))):
+      if self.stopped:
+        self.status = "stopped: the call ended first"
+        break
       started = time.monotonic()
       self.proc = s.child(cmd, "data.log")
       code = self.proc.wait()
@@ -190,6 +194,7 @@ class RowWork:
 
   def cancel(self) -> None:
     """Stops what is still running: the call ends before this row's turn."""
+    self.data.stopped = True
     for proc in (self.compile, self.data.proc):
       if proc is not None and proc.poll() is None:
         os.killpg(proc.pid, 9)
