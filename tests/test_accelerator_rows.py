@@ -35,9 +35,12 @@ def test_rows_chain_pack_adopt_then_resume_the_next_from_its_archive(
   work = tmp_path / "work"
   first, second, third, fourth = ledger.load(committed / "ledger.json")
   out = tmp_path / "out1"
+  monkeypatch.setenv("HOME", str(tmp_path))  # the recorded command names no machine's folders
   assert rows.main(["--quick", "--out", str(out), "--results-dir", str(committed), "--work",
                     str(work), "--budget-s", "1200", "--max-rows", "2"]) == 0
+  monkeypatch.delenv("HOME")
   report = json.loads((out / "rows.json").read_text())
+  assert "--out ~/out1 --results-dir ~/results" in report["command"]
   one, two = report["rows"]
   assert one["row"] == first["id"] and one["step_before"] == 0
   assert one["status"] == "complete at step 60 of 60" and one["steps_per_s"] > 0

@@ -66,7 +66,7 @@ class Session:
   """One call: its budget, folders, row and report."""
 
   def __init__(self, args: argparse.Namespace):
-    from lra import ledger
+    from lra import ledger, writers
     self.args, self.start = args, time.monotonic()
     self.deadline = self.start + args.budget_s
     self.out = Path(args.out)
@@ -81,8 +81,9 @@ class Session:
     self.ledger = ledger.load(args.results_dir / "ledger.json")
     self.finished: list[str] = []  # rows this call completed (their folders are in .rows/)
     self.made: set[str] = set()  # data caches this call made
-    self.report: dict[str, Any] = {"command": "python tools/accelerator_rows.py " + shlex.join(
-        args.argv), "quick": args.quick, "budget_s": args.budget_s, "rows": []}
+    command = " ".join(map(writers.portable, args.argv))  # no machine's paths, as lra bench's
+    self.report: dict[str, Any] = {"command": "python tools/accelerator_rows.py " + command,
+                                   "quick": args.quick, "budget_s": args.budget_s, "rows": []}
 
   def next_row(self, skip: str | None = None) -> dict[str, Any] | None:
     """The first ledger row (other than `skip`) neither committed complete nor completed by
