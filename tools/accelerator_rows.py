@@ -181,6 +181,7 @@ class RowWork:
     self.data.start()
     self.compile: subprocess.Popen | None = None
     self.compile_s: float | None = None
+    self.compile_timer: threading.Thread | None = None
 
   def start_compile(self) -> None:
     began = time.monotonic()
@@ -191,7 +192,8 @@ class RowWork:
     def timed(proc=self.compile):
       proc.wait()
       self.compile_s = round(time.monotonic() - began, 1)
-    threading.Thread(target=timed, daemon=True).start()
+    self.compile_timer = threading.Thread(target=timed, daemon=True)
+    self.compile_timer.start()
 
   def cancel(self) -> None:
     """Stops what is still running: the call ends before this row's turn."""
@@ -295,8 +297,7 @@ def advance_row(session: Session, work: RowWork) -> RowWork | None:
   session.log(f"state: {state['from']} (step {state['step']})")
   code = work.compile.wait()
   work.data.join()
-  while work.compile_s is None:  # its timer thread records the moment the child ended
-    time.sleep(0.01)
+  work.compile_timer.join()  # it records the moment the child ended
   section["phases"]["compile"] = {"seconds": work.compile_s, "exit_code": code}
   data = work.data
   section["phases"]["data"] = {"status": data.status, "seconds": round(data.seconds or 0, 1),
