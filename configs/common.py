@@ -144,6 +144,7 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.model.mlp_dim = 512             # 4 * dim
   c.model.dropout = 0.1
   c.model.embedding = "token"       # token | dense (pixels scaled to [-1, 1], then Dense)
+  c.model.patch = 1                 # dense only: p > 1 makes each p x p pixel square one token
   c.model.pos_encoding = absolute_positions(mixer, "sinusoidal")  # sinusoidal | learned | none
   c.model.pooling = "mean"          # mean over real tokens | cls | last (last real token)
   c.model.dtype = "float32"         # compute dtype: float32 | bfloat16 (params and loss fp32)

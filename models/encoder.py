@@ -30,6 +30,21 @@ def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
   return table
 
 
+def image_patches(tokens: jax.Array, patch: int) -> jax.Array:
+  """[B, S*S] row-major pixels -> [B, (S/p)^2, p*p]: each p x p square one row, squares row-major.
+
+  Raises ValueError (naming the lengths that work) when T is not a square S*S with S divisible by p.
+  """
+  length = tokens.shape[1]
+  side = int(round(length ** 0.5))
+  if side * side != length or side % patch:
+    raise ValueError(f"model.patch={patch} needs a square image whose side divides by {patch}, "
+                     f"but the task's sequences have {length} tokens; use model.patch=1 here")
+  grid = side // patch
+  squares = tokens.reshape(tokens.shape[0], grid, patch, grid, patch).swapaxes(2, 3)
+  return squares.reshape(tokens.shape[0], grid * grid, patch * patch)
+
+
 class MlpBlock(nn.Module):
   """Position-wise feed-forward: Dense(mlp_dim) -> GELU -> [Dropout] -> Dense(D).
 
@@ -185,6 +200,10 @@ class Encoder(nn.Module):
   Attributes:
     embedding: "token" (a learned vector per id) or "dense" (pixel id v -> v/127.5 - 1 -> Dense),
       the S5/Latte dense variant for pixel tasks.
+    patch: pixels per side of the square each token covers (dense embedding only). 1 is LRA's
+      protocol, one pixel per token; p > 1 cuts the image into p x p squares, one token each (their
+      p^2 scaled pixels -> Dense), a diagnostic that shortens the sequence p^2 times (Pathfinder
+      study: at which length a mixer begins to learn). A square is real if all its pixels are.
     pos_encoding: "sinusoidal", "learned" or "none" (S5 and Mega rely on their recurrences).
     pooling: "mean" (over real tokens), "cls" (a learned token prepended) or "last" (the last
       real token, as the authors' Latte code pools Retrieval in its first version).
@@ -206,6 +225,7 @@ class Encoder(nn.Module):
   dropout_rate: float
   mixer_factory: MixerFactory
   embedding: str = "token"
+  patch: int = 1
   pos_encoding: str = "sinusoidal"
   pooling: str = "mean"
   dtype: str = "float32"
@@ -232,10 +252,20 @@ class Encoder(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: jax.Array, mask: jax.Array, *, deterministic: bool) -> jax.Array:
+    if self.patch != 1 and (self.embedding != "dense" or self.patch < 1):
+      raise ValueError(f"model.patch={self.patch} needs model.embedding=dense and a patch of at "
+                       "least 1 pixel")
+    max_len = self.max_len // self.patch ** 2
     if self.embedding == "token":
       x = nn.Embed(self.vocab_size, self.dim, name="embed")(tokens)
     elif self.embedding == "dense":
-      x = nn.Dense(self.dim, name="embed")((tokens.astype(jnp.float32) / 127.5 - 1.0)[..., None])
+      pixels = tokens.astype(jnp.float32) / 127.5 - 1.0
+      if self.patch == 1:
+        pixels = pixels[..., None]
+      else:
+        pixels = image_patches(pixels, self.patch)
+        mask = jnp.all(image_patches(mask, self.patch), axis=-1)
+      x = nn.Dense(self.dim, name="embed")(pixels)
     else:
       raise ValueError(f"model.embedding must be 'token' or 'dense', got {self.embedding!r}")
     if self.pooling == "cls":
@@ -248,7 +278,7 @@ class Encoder(nn.Module):
     if self.pos_encoding == "sinusoidal":
       x = x + jnp.asarray(sinusoidal_positions(length, self.dim))[None]
     elif self.pos_encoding == "learned":
-      x = x + nn.Embed(self.max_len + 1, self.dim, name="positions")(jnp.arange(length))[None]
+      x = x + nn.Embed(max_len + 1, self.dim, name="positions")(jnp.arange(length))[None]
     elif self.pos_encoding != "none":
       raise ValueError(f"model.pos_encoding must be 'sinusoidal', 'learned' or 'none', got "
                        f"{self.pos_encoding!r}")
@@ -258,7 +288,7 @@ class Encoder(nn.Module):
     block = self._block_class()
     # The mixers see the CLS token too, so their longest input is max_len + 1 (Linformer's
     # projections have one row per position).
-    mixer_max_len = self.max_len + (self.pooling == "cls")
+    mixer_max_len = max_len + (self.pooling == "cls")
     for i in range(self.num_layers):
       x, carry = block(self.mixer_factory, self.num_heads, self.mlp_dim, self.dropout_rate,
                        mixer_max_len, block=self.block, glu=self.glu, mixer_gate=self.mixer_gate,

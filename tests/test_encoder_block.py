@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lra.models.encoder import Classifier, Encoder, EncoderBlock, MlpBlock
+from lra.models.encoder import Classifier, Encoder, EncoderBlock, MlpBlock, image_patches
 from lra.models.mixers.latte import LatteMixer
 
 D, MLP, T = 8, 16, 12
@@ -164,3 +164,51 @@ def test_plusplus_ignores_pads_and_unknown_options_are_errors():
   with pytest.raises(ValueError, match="linear"):
     Classifier(encoder=_encoder(), num_classes=3, head="deep").init(
         jax.random.PRNGKey(0), {"inputs": tokens, "mask": mask}, deterministic=True)
+
+
+@pytest.mark.parametrize("side,patch", [(6, 2), (6, 3), (4, 1)])
+def test_image_patches_cut_row_major_squares(side, patch):
+  pixels = np.arange(2 * side * side).reshape(2, side * side)
+  squares = np.asarray(image_patches(jnp.asarray(pixels), patch))
+  image = pixels.reshape(2, side, side)
+  grid = side // patch
+  naive = [[image[b, r * patch:(r + 1) * patch, c * patch:(c + 1) * patch].ravel()
+            for r in range(grid) for c in range(grid)] for b in range(2)]
+  np.testing.assert_array_equal(squares, np.array(naive))
+
+
+def test_patch_embedding_is_a_dense_map_of_each_square_and_masks_partial_squares():
+  """patch=2 on a 4x4 image: 4 tokens, each Dense(its 4 scaled pixels); a square with any pad is
+  a pad, so nothing in it (real pixels included) reaches the pooled features."""
+  side, patch = 4, 2
+  encoder = Encoder(vocab_size=256, max_len=side * side, dim=D, num_layers=1, num_heads=2,
+                    mlp_dim=MLP, dropout_rate=0.0, mixer_factory=MIXER, embedding="dense",
+                    patch=patch)
+  tokens = jax.random.randint(jax.random.PRNGKey(3), (2, side * side), 0, 256)
+  mask = jnp.arange(side * side)[None, :] < jnp.array([16, 14])[:, None]
+  params = encoder.init(jax.random.PRNGKey(0), tokens, mask, deterministic=True)
+  _, state = encoder.apply(params, tokens, mask, deterministic=True, capture_intermediates=True)
+  embedded = np.asarray(state["intermediates"]["embed"]["__call__"][0], np.float64)
+  scaled = np.asarray(tokens, np.float64).reshape(2, 2, 2, 2, 2).swapaxes(2, 3).reshape(2, 4, 4)
+  kernel = np.asarray(params["params"]["embed"]["kernel"], np.float64)
+  bias = np.asarray(params["params"]["embed"]["bias"], np.float64)
+  np.testing.assert_allclose(embedded, (scaled / 127.5 - 1) @ kernel + bias, rtol=1e-5, atol=1e-5)
+  # Example 1's last square (rows 2-3, columns 2-3) holds two pads: all four pixels are ignored.
+  last_square = np.zeros(side * side, bool)
+  last_square[[10, 11, 14, 15]] = True
+  changed = jnp.where(last_square[None] & (jnp.arange(2) == 1)[:, None], 255 - tokens, tokens)
+  run = jax.jit(lambda t: encoder.apply(params, t, mask, deterministic=True))
+  np.testing.assert_allclose(np.asarray(run(changed)), np.asarray(run(tokens)), rtol=1e-5,
+                             atol=1e-5)
+
+
+@pytest.mark.parametrize("options,length,match", [
+    ({"embedding": "token", "patch": 2}, 16, "embedding=dense"),
+    ({"embedding": "dense", "patch": 2}, 12, "square image"),
+    ({"embedding": "dense", "patch": 3}, 16, "divides by 3")])
+def test_patch_embedding_refuses_what_it_cannot_cut(options, length, match):
+  encoder = Encoder(vocab_size=256, max_len=length, dim=D, num_layers=1, num_heads=2,
+                    mlp_dim=MLP, dropout_rate=0.0, mixer_factory=MIXER, **options)
+  tokens = jnp.ones((1, length), jnp.int32)
+  with pytest.raises(ValueError, match=match):
+    encoder.init(jax.random.PRNGKey(0), tokens, tokens > 0, deterministic=True)
