@@ -252,9 +252,11 @@ class Encoder(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: jax.Array, mask: jax.Array, *, deterministic: bool) -> jax.Array:
-    if self.patch != 1 and (self.embedding != "dense" or self.patch < 1):
-      raise ValueError(f"model.patch={self.patch} needs model.embedding=dense and a patch of at "
-                       "least 1 pixel")
+    if self.patch < 1:
+      raise ValueError(f"model.patch must be at least 1 (pixels per side), got {self.patch}")
+    if self.patch > 1 and self.embedding != "dense":
+      raise ValueError(f"model.patch={self.patch} embeds squares of pixel values, so it needs "
+                       f"--config.model.embedding=dense (got {self.embedding!r})")
     max_len = self.max_len // self.patch ** 2
     if self.embedding == "token":
       x = nn.Embed(self.vocab_size, self.dim, name="embed")(tokens)

@@ -204,6 +204,7 @@ def test_patch_embedding_is_a_dense_map_of_each_square_and_masks_partial_squares
 
 @pytest.mark.parametrize("options,length,match", [
     ({"embedding": "token", "patch": 2}, 16, "embedding=dense"),
+    ({"embedding": "dense", "patch": 0}, 16, "at least 1"),
     ({"embedding": "dense", "patch": 2}, 12, "square image"),
     ({"embedding": "dense", "patch": 3}, 16, "divides by 3")])
 def test_patch_embedding_refuses_what_it_cannot_cut(options, length, match):
