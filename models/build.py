@@ -53,12 +53,13 @@ def build_model(config: ml_collections.ConfigDict, spec: Any) -> Classifier:
   encoder = Encoder(vocab_size=spec.vocab_size, max_len=spec.seq_len, dim=m.dim,
                     num_layers=m.num_layers, num_heads=m.num_heads, mlp_dim=m.mlp_dim,
                     dropout_rate=m.dropout, mixer_factory=mixer_factory(config),
-                    embedding=m.embedding, patch=m.get("patch", 1), pos_encoding=m.pos_encoding, pooling=m.pooling,
+                    embedding=m.embedding, pos_encoding=m.pos_encoding, pooling=m.pooling,
                     dtype=m.dtype, remat=m.remat, block=m.block, glu=m.glu,
                     mixer_gate=m.mixer_gate, mlp_hidden_dropout=m.mlp_hidden_dropout,
                     final_norm=m.final_norm, s5_gate=m.s5_gate,
                     # .get: a run's config.json from before these keys existed still builds.
-                    norm=m.get("norm", "block"), bn_momentum=m.get("bn_momentum", 0.95))
+                    norm=m.get("norm", "block"), bn_momentum=m.get("bn_momentum", 0.95),
+                    patch=m.get("patch", 1))
   return Classifier(encoder=encoder, num_classes=spec.num_classes, dual=spec.dual, head=m.head)
 
 

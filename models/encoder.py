@@ -33,7 +33,7 @@ def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
 def image_patches(tokens: jax.Array, patch: int) -> jax.Array:
   """[B, S*S] row-major pixels -> [B, (S/p)^2, p*p]: each p x p square one row, squares row-major.
 
-  Raises ValueError (naming the lengths that work) when T is not a square S*S with S divisible by p.
+  Raises ValueError when T is not a square S*S with S divisible by p (ListOps, Text, Retrieval).
   """
   length = tokens.shape[1]
   side = int(round(length ** 0.5))
