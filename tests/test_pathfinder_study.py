@@ -70,3 +70,11 @@ def test_a_fitting_screen_trains_600_steps_on_600_easy_images():
   assert (config.data.generator.num_images, config.train.num_steps) == (600, 600)
   assert config.train.warmup_steps == 60 and config.eval.every_steps == 200
   assert not any(run.fit for run in study.STUDY if run.name.startswith(("easy_", "hard_")))
+
+
+def test_square_token_runs_are_told_apart_from_pixel_runs():
+  """`patch` (which sets their tokens column and curves file) is the model.patch they ran with."""
+  squares = [run for run in study.STUDY if run.patch > 1]
+  assert squares
+  for run in (*squares, study.STUDY[0]):
+    assert cli.run_config(run.command()[1:]).model.patch == run.patch
