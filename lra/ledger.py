@@ -5,8 +5,11 @@ fills (`runs/<task>/<mixer>/<name>` under the results folder), its steps, the ta
 gives (for compiling before the data is ready) and its cost per GPU kind, each with its source
 (measured, or estimated and how). A row is finished when its committed run folder's final.json
 says `complete`; until then its newest state travels as that folder's `run.pack` (or its parts),
-which tools/accelerator_rows.py unpacks, advances and packs again. `python -m lra.ledger` rewrites
-the ledger's table in docs/accelerators.md (`--check`: exit 1 if it differs).
+which tools/accelerator_rows.py unpacks, advances and packs again. A row whose final.json says
+`diverged` or `failed` is stopped: loans report it and skip it (rerunning it repeats the same
+steps from the same state) until someone looks at it and removes that final.json to retry it.
+`python -m lra.ledger` rewrites the ledger's table in docs/accelerators.md (`--check`: exit 1 if
+it differs).
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ KINDS = ("h200", "h100")
 # Minutes of training one loan gives a row: 15 minutes of device time less the machine's start,
 # installing, the data and compiling, and packing (docs/accelerators.md).
 TRAINING_MIN_PER_LOAN = 8.0
+STOPPED = ("diverged", "failed")  # a row whose run ended so is reported and skipped, not retried
 
 
 def load(path: Path = LEDGER) -> list[dict[str, Any]]:
@@ -64,8 +68,14 @@ def archive(row: dict[str, Any], results_dir: Path) -> Path:
 
 
 def first_unfinished(rows: list[dict[str, Any]], results_dir: Path) -> dict[str, Any] | None:
+  """The first row neither complete nor stopped (`stopped` names those, for the report)."""
   return next((row for row in rows if (final(row, results_dir) or {}).get("status")
-               != "complete"), None)
+               not in ("complete", *STOPPED)), None)
+
+
+def stopped(rows: list[dict[str, Any]], results_dir: Path) -> list[dict[str, Any]]:
+  """The rows whose run ended diverged or failed: skipped by `first_unfinished`."""
+  return [row for row in rows if (final(row, results_dir) or {}).get("status") in STOPPED]
 
 
 def minutes(row: dict[str, Any], kind: str) -> float | None:

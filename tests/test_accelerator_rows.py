@@ -107,3 +107,51 @@ def test_a_finished_ledger_says_so(committed, tmp_path):
                     str(tmp_path / "work")]) == 0
   assert json.loads((out / "rows.json").read_text())["status"] == (
       "every ledger row is complete: nothing to run")
+
+
+def test_stopped_rows_are_reported_and_skipped_not_retried(committed, tmp_path):
+  first, second, third, fourth = ledger.load(committed / "ledger.json")
+  for row, final in ((first, {"status": "diverged", "step": 600, "num_steps": 75000}),
+                     (second, {"status": "failed", "step": 0, "num_steps": 75000}),
+                     (fourth, {"status": "complete"})):
+    (committed / row["run"]).mkdir(parents=True)
+    (committed / row["run"] / "final.json").write_text(json.dumps(final))
+  # Row 3 diverged on this machine in an earlier call (a warm machine's .rows/ keeps it).
+  work = tmp_path / "work"
+  (work / "results" / third["run"]).mkdir(parents=True)
+  (work / "results" / third["run"] / "final.json").write_text(json.dumps(
+      {"status": "diverged", "step": 40, "num_steps": 75000}))
+  out = tmp_path / "out"
+  assert rows.main(["--quick", "--out", str(out), "--results-dir", str(committed), "--work",
+                    str(work)]) == 0
+  report = json.loads((out / "rows.json").read_text())
+  assert report["status"] == "every ledger row is complete or stopped: nothing to run"
+  assert [(s["row"], s["state"]) for s in report["skipped"]] == [
+      (first["id"], "diverged (loss not finite) at step 600 of 75,000, before its first "
+                    "evaluation"),
+      (second["id"], "failed at step 0 of 75,000, before its first evaluation"),
+      (third["id"], "diverged (loss not finite) at step 40 of 75,000, before its first "
+                    "evaluation (on this machine, not yet adopted)")]
+  text = (out / "rows.md").read_text()
+  assert f"- {first['id']}: diverged (loss not finite) at step 600" in text
+  assert "not retried" in text
+
+
+def test_a_row_that_diverges_on_the_machine_is_recorded_by_adopting(committed, tmp_path,
+                                                                    monkeypatch):
+  first, second = ledger.load(committed / "ledger.json")[:2]
+  # Not finite by the first log step, before the first checkpoint: nothing to pack, and still
+  # the stop must reach the committed folder, or the next loan would run the row again.
+  monkeypatch.setattr(rows, "QUICK_OVERRIDES", rows.QUICK_OVERRIDES + (
+      "train.learning_rate=1e30", "train.grad_clip_norm=0.0", "train.log_every_steps=1"))
+  out = tmp_path / "out"
+  assert rows.main(["--quick", "--out", str(out), "--results-dir", str(committed), "--work",
+                    str(tmp_path / "work"), "--max-rows", "1"]) == 0
+  (one,) = json.loads((out / "rows.json").read_text())["rows"]
+  assert one["status"].startswith("diverged (loss not finite) at step ")
+  assert one["status"].endswith(": not retried by later loans once adopted")
+  assert "no checkpoint" in one["phases"]["pack"]["skipped"]
+  assert rows.main(["--adopt", str(out), "--results-dir", str(committed)]) == 0
+  assert json.loads((committed / first["run"] / "final.json").read_text())["status"] == (
+      "diverged")
+  assert ledger.first_unfinished(ledger.load(committed / "ledger.json"), committed) == second

@@ -57,3 +57,17 @@ def test_a_row_that_is_not_an_lra_run_is_named(tmp_path):
   path.write_text(json.dumps({"rows": [{**ROWS[0], "command": "python train.py"}]}))
   with pytest.raises(ValueError, match="row listops-latte-paper-seed0: its command must be"):
     ledger.load(path)
+
+
+@pytest.mark.parametrize("status", ["diverged", "failed"])
+def test_a_row_that_stopped_is_skipped_and_named_not_retried(tmp_path, status):
+  # Rerunning a diverged (or failed) row repeats the same steps from the same state: a loan that
+  # picked it again would spend its time on the same stop, every loan after it too.
+  first, second = ROWS[:2]
+  (tmp_path / first["run"]).mkdir(parents=True)
+  (tmp_path / first["run"] / "final.json").write_text(json.dumps(
+      {"status": status, "step": 600, "num_steps": 75000, "best_step": -1}))
+  assert ledger.first_unfinished(ROWS, tmp_path) == second
+  assert ledger.stopped(ROWS, tmp_path) == [first]
+  assert ledger.status(first, tmp_path).startswith(
+      "diverged (loss not finite) at step 600" if status == "diverged" else "failed at step 600")

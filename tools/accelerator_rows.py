@@ -4,20 +4,25 @@
   python tools/accelerator_rows.py --adopt OUT                        # back here: put it in place
   python tools/accelerator_rows.py --quick --out OUT --results-dir R  # a CPU try-out (tests)
 
-On the lent machine it picks the first row of results/ledger.json whose run folder is not
-complete, unpacks that folder's committed archive (run.pack or its parts) if there is one, makes
-the row's data on all host cores while the accelerator compiles the row's steps (a separate
-process filling JAX's persistent compilation cache, which the run then reads), trains with
-`lra run ... --stop-after` so the run ends, saved, before the budget, packs it into OUT and writes
-OUT/rows.md and OUT/rows.json (per row: steps before and after, the best so far, steps/s, where
-the minutes went). A row that completes with time to spare hands the rest of the budget to the
-next unfinished row, whose data and compiled steps were made beside the first one's training.
+On the lent machine it picks the first row of results/ledger.json whose run folder is neither
+complete nor stopped (diverged or failed: such rows are listed in the report and skipped, since
+rerunning one repeats the same steps from the same state), unpacks that folder's committed
+archive (run.pack or its parts) if there is one, makes the row's data on all host cores while the
+accelerator compiles the row's steps (a separate process filling JAX's persistent compilation
+cache, which the run then reads), trains with `lra run ... --stop-after` so the run ends, saved,
+before the budget, packs it into OUT and writes OUT/rows.md and OUT/rows.json (per row: steps
+before and after, the best so far, steps/s, where the minutes went). A row whose run diverges or
+fails here is packed too where it can be, and its final.json travels in rows.json, so that
+adopting it records the stop and later loans skip it. A row that completes (or stops) with time
+to spare hands the rest of the budget to the next unfinished row, whose data and compiled steps
+were made beside the first one's training.
 With --probe, tools/step_probe.py runs first (its report into OUT too) while the data is made.
 Its working folder (.rows/, ignored by git) survives between calls to a warm machine, so a
 second call reuses the data, the compiled steps and the newer state.
 
 Back on the session's machine, --adopt OUT moves each archive into its row's run folder
-(replacing the previous one, parts included) and its run files beside it, ready to commit.
+(replacing the previous one, parts included) and its run files beside it, ready to commit (a
+stopped row without an archive gets its final.json).
 """
 from __future__ import annotations
 
@@ -86,11 +91,25 @@ class Session:
                                    "quick": args.quick, "budget_s": args.budget_s, "rows": []}
 
   def next_row(self, skip: str | None = None) -> dict[str, Any] | None:
-    """The first ledger row (other than `skip`) neither committed complete nor completed by
-    this call."""
+    """The first ledger row (other than `skip`) neither committed complete or stopped, nor
+    completed by this call, nor stopped on this machine (a warm one's .rows/ keeps its state)."""
     from lra import ledger
+    here = {row["id"] for row in ledger.stopped(self.ledger, self.results)}
     return ledger.first_unfinished(
-        [r for r in self.ledger if r["id"] not in (*self.finished, skip)], self.args.results_dir)
+        [r for r in self.ledger if r["id"] not in (*self.finished, *here, skip)],
+        self.args.results_dir)
+
+  def stopped_rows(self) -> list[dict[str, str]]:
+    """The rows `next_row` skips as stopped (diverged or failed), each with where it stands."""
+    from lra import ledger, run_summary
+    committed = ledger.stopped(self.ledger, self.args.results_dir)
+    skipped = [{"row": row["id"], "state": ledger.status(row, self.args.results_dir)}
+               for row in committed]
+    for row in ledger.stopped(self.ledger, self.results):
+      if row not in committed:
+        skipped.append({"row": row["id"], "state": run_summary.state_text(ledger.final(
+            row, self.results)) + " (on this machine, not yet adopted)"})
+    return skipped
 
   def left(self) -> float:
     return self.deadline - time.monotonic()
@@ -254,10 +273,14 @@ def metrics_summary(run_dir: Path, after: int) -> dict[str, Any]:
 
 def advance(session: Session) -> None:
   """The whole call: the first unfinished row (after the probe, if asked), then, while one
-  completes with NEXT_ROW_MIN_S to spare, the next."""
+  completes (or stops) with NEXT_ROW_MIN_S to spare, the next."""
+  skipped = session.report["skipped"] = session.stopped_rows()
+  for entry in skipped:
+    session.log(f"skipped {entry['row']}: {entry['state']}")
   row = session.next_row()
   if row is None:
-    session.report["status"] = "every ledger row is complete: nothing to run"
+    session.report["status"] = (f"every ledger row is complete{' or stopped' if skipped else ''}"
+                                ": nothing to run")
     return
   work = RowWork(session, row)
   if session.args.probe:  # the probe on the accelerator while the host makes the data
@@ -275,7 +298,7 @@ def advance(session: Session) -> None:
   sections = session.report["rows"]
   session.report["status"] = (sections[0]["status"] if len(sections) == 1 else "; ".join(
       f"{s['row']} {s['status']}" for s in sections))
-  folders = [f"results/{s['run']}/" for s in sections if s.get("archive")]
+  folders = [f"results/{s['run']}/" for s in sections if s.get("archive") or s.get("final")]
   if folders:
     session.report["next"] = (
         "python tools/accelerator_rows.py --adopt OUT; then commit each row's run folder "
@@ -331,20 +354,33 @@ def advance_row(session: Session, work: RowWork) -> RowWork | None:
                                   str(session.work), ".rows")}
   section.update(step_before=state["step"], **summary)
   session.log(f"run: exit {code}, step {state['step']} -> {summary['step']}")
+  stopped = summary["status"] in ledger.STOPPED
   if code not in (0, 130):
     section["status"] = f"the run failed (exit {code}; see .rows/run.log)"
     section["run_log_tail"] = (session.work / "run.log").read_text()[-2000:]
-  else:
+  if stopped:  # adopting records the stop, so that later loans skip the row
+    section["final"] = json.loads((run_dir / "final.json").read_text())
+    from lra import run_summary
+    section["status"] = (run_summary.state_text(section["final"]) + ": not retried by later "
+                         "loans once adopted")
+  if code in (0, 130) or stopped:
     from lra import pack
     began = time.monotonic()
     name = "-".join(row["run"].split("/")[1:]) + ".pack"  # letters, digits, '.', '_', '-'
-    written = pack.pack(run_dir, session.out / _safe(name))
-    section["phases"]["pack"] = {"seconds": round(time.monotonic() - began, 1)}
-    section["archive"] = [{"file": p.name, "bytes": p.stat().st_size} for p in written]
-    section["status"] = (f"{summary['status']} at step {summary['step']:,} of "
-                         f"{summary['num_steps']:,}")
+    try:
+      written = pack.pack(run_dir, session.out / _safe(name))
+    except pack.PackError as error:
+      if not stopped:
+        raise
+      section["phases"]["pack"] = {"skipped": str(error)}  # adopting writes its final.json
+    else:
+      section["phases"]["pack"] = {"seconds": round(time.monotonic() - began, 1)}
+      section["archive"] = [{"file": p.name, "bytes": p.stat().st_size} for p in written]
+      if not stopped:
+        section["status"] = (f"{summary['status']} at step {summary['step']:,} of "
+                             f"{summary['num_steps']:,}")
   session.write()
-  if summary["status"] == "complete":
+  if summary["status"] == "complete" or stopped:  # done with for this call: the next may run
     session.finished.append(row["id"])
     room = len(list(session.out.iterdir())) + 2 <= OUT_FILES_MAX
     if following is not None and session.left() >= NEXT_ROW_MIN_S and room:
@@ -363,14 +399,23 @@ def _safe(name: str) -> str:
 
 def adopt(out: Path, results_dir: Path) -> list[Path]:
   """Moves each archive in OUT into its row's run folder as run.pack (or its parts), replacing
-  the old one, and copies the run files beside it; returns what changed."""
+  the old one, and copies the run files beside it; a row stopped without an archive gets its
+  final.json (so later loans skip it). Returns what changed."""
   report = json.loads((out / "rows.json").read_text())
-  sections = [s for s in report.get("rows", [report]) if s.get("archive")]  # [report]: one row's
+  # An older rows.json of one row is its own section.
+  sections = [s for s in report.get("rows", [report]) if s.get("archive") or s.get("final")]
   if not sections:
     raise ValueError(f"{out / 'rows.json'}: this call packed no archive ({report.get('status')})")
   changed = []
   for section in sections:
-    changed += _adopt_archive(out / section["archive"][0]["file"], results_dir)
+    if section.get("archive"):
+      changed += _adopt_archive(out / section["archive"][0]["file"], results_dir)
+    else:
+      from lra import writers
+      target = results_dir / section["run"] / "final.json"
+      target.parent.mkdir(parents=True, exist_ok=True)
+      writers.write_json_atomic(target, section["final"])
+      changed.append(target)
   return changed
 
 
@@ -407,6 +452,11 @@ def render(report: dict[str, Any]) -> str:
     lines += ["**A `--quick` run**: tiny sizes that show the report's format.", ""]
   lines += [f"`{report['command']}`: budget {report['budget_s']:.0f} s, used "
             f"{report.get('wall_s', 0):.0f} s. Status: {report.get('status', 'running')}."]
+  if report.get("skipped"):
+    lines += ["", "Skipped as stopped (diverged or failed; not retried: rerunning one repeats the "
+              "same steps from the same state; to retry one after a look at its run folder, "
+              "remove its final.json):"]
+    lines += [f"- {entry['row']}: {entry['state']}" for entry in report["skipped"]]
   for section in report.get("rows", []):
     lines += ["", f"## {section['row']}: {section.get('status', 'running')}", "",
               f"- Row: `{section['row_command']}` ({section['run']}), on "
@@ -466,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     session.write()
   print(render(session.report))
   sections = session.report["rows"]
-  return 0 if not sections or any(s.get("archive") for s in sections) else 1
+  return 0 if not sections or any(s.get("archive") or s.get("final") for s in sections) else 1
 
 
 if __name__ == "__main__":
