@@ -9,7 +9,9 @@ sha256; unpacking checks each one and writes nothing until all are checked.
 
 An archive over PART_BYTES (16 MiB, what a device call returns per file) is written as parts
 FILE.pack.1, FILE.pack.2, ... of at most PART_BYTES each, which `unpack` joins (FILE.pack or any
-part names the set). Packing over an older archive of the same name replaces all of its parts.
+part names the set). Packing over an older archive of the same name replaces all of its parts,
+and only once the new archive is written in full (under temporary names beside it): an error
+while writing leaves the older archive as it was.
 """
 from __future__ import annotations
 
@@ -115,14 +117,21 @@ def pack(run_dir: Path, archive: Path) -> list[Path]:
         "packed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "files": {name: _describe(content) for name, content in members.items()}}
     archive.parent.mkdir(parents=True, exist_ok=True)
-    whole = archive.with_name(archive.name + ".tmp")
-    with tarfile.open(whole, "w", format=tarfile.PAX_FORMAT) as tar:
-      _add(tar, MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
-      for name, content in members.items():
-        _add(tar, name, content.read_bytes() if isinstance(content, Path) else content)
-  for old in parts_of(archive, existing_only=True):
-    old.unlink()
-  return _split(whole, archive)
+    whole = _temporary(archive)
+    try:
+      with tarfile.open(whole, "w", format=tarfile.PAX_FORMAT) as tar:
+        _add(tar, MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
+        for name, content in members.items():
+          _add(tar, name, content.read_bytes() if isinstance(content, Path) else content)
+      return install(_split(whole, archive), archive)
+    finally:
+      whole.unlink(missing_ok=True)  # split into parts, or left by an error
+
+
+def _temporary(path: Path) -> Path:
+  """Where `path` is written before it replaces anything: `NAME.tmp`, which `parts_of` never takes
+  for a part (a part's suffix is a number)."""
+  return path.with_name(path.name + ".tmp")
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -131,19 +140,39 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
   tar.addfile(info, io.BytesIO(data))
 
 
-def _split(whole: Path, archive: Path) -> list[Path]:
+def _split(whole: Path, archive: Path) -> list[tuple[Path, Path]]:
+  """The new archive's files under temporary names, as (written, final name) pairs; on an error
+  the parts written so far are removed."""
   size = whole.stat().st_size
   if size <= PART_BYTES:
-    os.replace(whole, archive)
-    return [archive]
+    return [(whole, archive)]
   written = []
-  with open(whole, "rb") as f:
-    for index in range(1, -(-size // PART_BYTES) + 1):
-      part = archive.with_name(f"{archive.name}.{index}")
-      part.write_bytes(f.read(PART_BYTES))
-      written.append(part)
-  whole.unlink()
+  try:
+    with open(whole, "rb") as f:
+      for index in range(1, -(-size // PART_BYTES) + 1):
+        part = archive.with_name(f"{archive.name}.{index}")
+        written.append((_temporary(part), part))
+        _temporary(part).write_bytes(f.read(PART_BYTES))
+  except BaseException:
+    for temporary, _ in written:
+      temporary.unlink(missing_ok=True)
+    raise
   return written
+
+
+def install(written: list[tuple[Path, Path]], archive: Path) -> list[Path]:
+  """Moves a fully written archive's files (temporary name, final name) into place over the older
+  archive `archive` names, then removes the older files that are not part of the new one (its
+  FILE.pack when the new one is split, its part 3 when the new one has 2); returns the new files.
+  """
+  older = parts_of(archive, existing_only=True)
+  for temporary, final in written:
+    os.replace(temporary, final)
+  new = [final for _, final in written]
+  for path in older:
+    if path not in new:
+      path.unlink()
+  return new
 
 
 # ---------------------------------------------------------------------------------------------

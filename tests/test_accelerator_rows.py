@@ -155,3 +155,41 @@ def test_a_row_that_diverges_on_the_machine_is_recorded_by_adopting(committed, t
   assert json.loads((committed / first["run"] / "final.json").read_text())["status"] == (
       "diverged")
   assert ledger.first_unfinished(ledger.load(committed / "ledger.json"), committed) == second
+
+
+def test_adopting_keeps_the_committed_archive_until_the_new_one_is_in_place(committed, tmp_path,
+                                                                            monkeypatch):
+  first = ledger.load(committed / "ledger.json")[0]
+  row_dir = committed / first["run"]
+  row_dir.mkdir(parents=True)
+  for name, final in (("config.json", {"task": "listops"}),
+                      ("final.json", {"status": "complete", "step": 3})):
+    (row_dir / name).write_text(json.dumps(final))
+  (row_dir / "metrics.jsonl").write_text("old\n" * 10_000)
+  monkeypatch.setattr(pack, "PART_BYTES", 20_000)
+  old = {p.name: p.read_bytes() for p in pack.pack(row_dir, row_dir / ledger.ARCHIVE)}
+  assert len(old) == 3
+  # This call's archive: two parts.
+  moved = tmp_path / "moved" / first["run"]
+  shutil.copytree(row_dir, moved)
+  (moved / "metrics.jsonl").write_text("new\n" * 4_000)
+  out = tmp_path / "out"
+  parts = pack.pack(moved, out / "row.pack")
+  assert len(parts) == 2
+  (out / "rows.json").write_text(json.dumps({"rows": [{"run": first["run"], "archive": [
+      {"file": p.name, "bytes": p.stat().st_size} for p in parts]}]}))
+  real_copy, calls = shutil.copyfile, []
+
+  def full_disk(source, target):
+    calls.append(target)
+    if str(target).endswith(".pack.2") or str(target).endswith(".pack.2.tmp"):
+      raise OSError(28, "No space left on device")
+    return real_copy(source, target)
+  monkeypatch.setattr(shutil, "copyfile", full_disk)
+  with pytest.raises(OSError, match="No space left"):
+    rows.adopt(out, committed)
+  monkeypatch.setattr(shutil, "copyfile", real_copy)
+  assert {p.name: p.read_bytes() for p in row_dir.glob("run.pack*")} == old
+  rows.adopt(out, committed)
+  assert sorted(p.name for p in row_dir.glob("run.pack*")) == ["run.pack.1", "run.pack.2"]
+  assert (row_dir / "metrics.jsonl").read_text() == "new\n" * 4_000

@@ -194,3 +194,50 @@ def test_unpack_into_a_named_run_folder_and_a_study_run_resumes_from_its_archive
   assert any((folder / "checkpoints").iterdir())
   assert capsys.readouterr().out.count("unpacked results/pathfinder_study/carried/run.pack") == 1
   assert calls == [carried.command()] * 2
+
+
+def _finished_run(root: Path, curve_bytes: int, seed: int) -> Path:
+  """A complete run folder (no checkpoint to carry) whose archive is about `curve_bytes`."""
+  run_dir = root / "runs" / "listops" / "latte" / "r"
+  run_dir.mkdir(parents=True, exist_ok=True)
+  (run_dir / "config.json").write_text(json.dumps({"task": "listops"}))
+  (run_dir / "final.json").write_text(json.dumps({"status": "complete", "step": 3}))
+  noise = np.random.default_rng(seed).integers(0, 2**32, curve_bytes // 4, np.uint32)
+  (run_dir / "metrics.jsonl").write_bytes(noise.tobytes())  # incompressible: sizes are known
+  return run_dir
+
+
+def test_packing_over_an_archive_keeps_it_until_the_new_one_is_written(tmp_path, monkeypatch):
+  monkeypatch.setattr(pack, "PART_BYTES", 20_000)
+  run_dir = _finished_run(tmp_path, 45_000, seed=0)
+  old = pack.pack(run_dir, tmp_path / "run.pack")
+  assert [p.name for p in old] == ["run.pack.1", "run.pack.2", "run.pack.3"]
+  committed = {p.name: p.read_bytes() for p in old}
+  # The disk fills while the new archive's second part is written: the old archive (the
+  # committed copy) is whole, and no part of the new one is left beside it.
+  _finished_run(tmp_path, 20_000, seed=1)
+  real_write, calls = Path.write_bytes, []
+
+  def full_disk(path, data):
+    calls.append(path)
+    if len(calls) == 2:
+      raise OSError(28, "No space left on device")
+    return real_write(path, data)
+  monkeypatch.setattr(Path, "write_bytes", full_disk)
+  with pytest.raises(OSError, match="No space left"):
+    pack.pack(run_dir, tmp_path / "run.pack")
+  monkeypatch.setattr(Path, "write_bytes", real_write)
+  assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == committed
+  assert pack.read_manifest(tmp_path / "run.pack")["files"]["metrics.jsonl"]["bytes"] == 45_000
+  # Written in full, the new archive replaces the old: its third part, no longer one, goes.
+  new = pack.pack(run_dir, tmp_path / "run.pack")
+  assert [p.name for p in new] == ["run.pack.1", "run.pack.2"]
+  assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["run.pack.1", "run.pack.2"]
+  assert pack.read_manifest(tmp_path / "run.pack")["files"]["metrics.jsonl"]["bytes"] == 20_000
+  # Whole over parts, and parts over a whole.
+  monkeypatch.setattr(pack, "PART_BYTES", 10**9)
+  assert pack.pack(run_dir, tmp_path / "run.pack") == [tmp_path / "run.pack"]
+  assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["run.pack"]
+  monkeypatch.setattr(pack, "PART_BYTES", 20_000)
+  assert len(pack.pack(run_dir, tmp_path / "run.pack")) == 2
+  assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["run.pack.1", "run.pack.2"]

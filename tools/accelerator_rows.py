@@ -432,13 +432,19 @@ def _adopt_archive(first: Path, results_dir: Path) -> list[Path]:
         target.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target / name)
         changed.append(target / name)
-  for old in pack.parts_of(target / ledger.ARCHIVE, existing_only=True):
-    old.unlink()
-  for part in pack.parts_of(first):
-    suffix = part.name[len(first.name.split(".pack")[0] + ".pack"):]
-    shutil.copyfile(part, target / (ledger.ARCHIVE + suffix))
-    changed.append(target / (ledger.ARCHIVE + suffix))
-  return changed
+  # The new archive in full under temporary names first: an error meanwhile leaves the committed
+  # one as it was.
+  written = []
+  try:
+    for part in pack.parts_of(first):
+      final = target / (ledger.ARCHIVE + part.name[len(first.name.split(".pack")[0] + ".pack"):])
+      written.append((final.with_name(final.name + ".tmp"), final))
+      shutil.copyfile(part, written[-1][0])
+  except BaseException:
+    for temporary, _ in written:
+      temporary.unlink(missing_ok=True)
+    raise
+  return changed + pack.install(written, target / ledger.ARCHIVE)
 
 
 # ---------------------------------------------------------------------------------------------
