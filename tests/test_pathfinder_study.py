@@ -5,9 +5,10 @@ import platform
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from lra import cli
+from lra import cli, pack
 from lra.run_identity import flatten
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,3 +79,31 @@ def test_square_token_runs_are_told_apart_from_pixel_runs():
   assert squares
   for run in (*squares, study.STUDY[0]):
     assert cli.run_config(run.command()[1:]).model.patch == run.patch
+
+
+def test_run_unpacks_an_archive_split_into_parts(tmp_path, monkeypatch, capsys):
+  # A stopped run whose archive grew past one part (run.pack.1, .2, ...: no run.pack), on a
+  # machine without its checkpoints: it must resume from them, not restart over its own curve.
+  monkeypatch.setattr(study, "ROOT", tmp_path)
+  monkeypatch.setattr(study, "OUT", tmp_path / "results" / "pathfinder_study")
+  folder = study.OUT / "carried"
+  state = folder / "checkpoints" / "7" / "state"
+  state.mkdir(parents=True)
+  (state / "array").write_bytes(np.random.default_rng(0).bytes(50_000))
+  carried = study.StudyRun("carried", "latte", "?")
+  (folder / "config.json").write_text(json.dumps(cli.run_config(carried.command()[1:]).to_dict()))
+  (folder / "final.json").write_text(json.dumps({"status": "interrupted", "step": 7,
+                                                 "num_steps": 20}))
+  monkeypatch.setattr(pack, "PART_BYTES", 20_000)
+  parts = pack.pack(folder, folder / "run.pack")
+  assert len(parts) > 1 and not (folder / "run.pack").exists()
+  saved = (state / "array").read_bytes()
+  (state / "array").unlink()
+  state.rmdir()
+  state.parent.rmdir()
+  calls = []
+  monkeypatch.setattr(study.subprocess, "call", lambda command, cwd, env: calls.append(command) or 0)
+  assert study.run(carried, core=None) == 0 and study.run(carried, core=None) == 0
+  assert (state / "array").read_bytes() == saved
+  assert capsys.readouterr().out.count("unpacked results/pathfinder_study/carried/run.pack") == 1
+  assert calls == [carried.command()] * 2

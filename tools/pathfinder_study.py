@@ -15,8 +15,9 @@ side train ~1.7x more steps per hour than one run on both cores (small ops paral
 so their steps/s are a single core's, not the preset's (docs/protocol.md has the 2-core costs).
 `--stop-after S` is `lra run`'s: the run stops sealed within S seconds (a session's end), and the
 same command resumes it. A run that spans sessions travels as its archive, committed beside its
-files (`lra pack results/pathfinder_study/NAME results/pathfinder_study/NAME/run.pack`); on a
-machine without its checkpoints, `run NAME` unpacks it first.
+files (`lra pack results/pathfinder_study/NAME results/pathfinder_study/NAME/run.pack`, or its
+parts run.pack.1, .2, ... past 16 MiB); on a machine without its checkpoints, `run NAME` unpacks
+it first.
 """
 from __future__ import annotations
 
@@ -231,8 +232,8 @@ STUDY = (
 
 def run(study: StudyRun, core: int | None, stop_after: float | None = None) -> int:
   folder = OUT / study.name
-  archive = folder / "run.pack"
-  if archive.exists() and not any((folder / "checkpoints").glob("*")):
+  archive = folder / "run.pack"  # or its parts run.pack.1, .2, ... when it was split
+  if pack.parts_of(archive, existing_only=True) and not any((folder / "checkpoints").glob("*")):
     # A run carried from another machine (a fresh clone): its checkpoints come from its archive.
     _, manifest = pack.unpack(archive, None, run_dir=folder)
     print(f"unpacked {archive.relative_to(ROOT)}: checkpoint {manifest['checkpoint_step']} of "
