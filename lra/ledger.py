@@ -14,6 +14,8 @@ it differs).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import shlex
 import sys
@@ -44,13 +46,37 @@ def load(path: Path = LEDGER) -> list[dict[str, Any]]:
     missing = {"id", "command", "run", "steps", "spec", "cost", "why"} - set(row)
     if missing:
       raise ValueError(f"{path}: row {index + 1} lacks {', '.join(sorted(missing))}")
-    words = shlex.split(row["command"])
-    if words[:2] != ["lra", "run"] or len(words) < 4:
-      raise ValueError(f"{path}: row {row['id']}: its command must be `lra run TASK MIXER ...`")
-    if not row["run"].startswith(f"runs/{words[2]}/"):
+    try:
+      task = parsed(row).task
+    except ValueError as error:
+      raise ValueError(f"{path}: row {row['id']}: {error}") from None
+    if not row["run"].startswith(f"runs/{task}/"):
       raise ValueError(f"{path}: row {row['id']}: its run folder {row['run']} is not under "
-                       f"runs/{words[2]}/")
+                       f"runs/{task}/")
   return rows
+
+
+def parsed(row: dict[str, Any]) -> argparse.Namespace:
+  """The row's command as `lra` reads it (lra.cli's own parser, as cli.run_config): .task,
+  .mixer, .preset (`--preset=lra` and options before the task included).
+
+  Raises:
+    ValueError: the command is not `lra run TASK MIXER ...` (with the parser's complaint).
+  """
+  from lra import cli  # pylint: disable=import-outside-toplevel
+  words = shlex.split(row["command"])
+  rest, _ = cli.split_overrides(words[1:])
+  complaint = io.StringIO()
+  try:
+    with contextlib.redirect_stderr(complaint):
+      args = cli.build_parser().parse_args(rest)
+  except SystemExit:
+    args = None
+  if words[:1] != ["lra"] or args is None or args.command != "run":
+    said = complaint.getvalue().strip().splitlines()
+    raise ValueError("its command must be `lra run TASK MIXER ...`" + (
+        f" ({said[-1]})" if said else ""))
+  return args
 
 
 def run_args(row: dict[str, Any]) -> list[str]:
@@ -103,12 +129,11 @@ def cell_costs(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], str]:
   cell a row will fill (the first row of a cell when several seeds share it)."""
   costs = {}
   for row in rows:
-    words = shlex.split(row["command"])
-    preset = words[words.index("--preset") + 1] if "--preset" in words else "paper"
+    args = parsed(row)
     h200 = minutes(row, "h200")
     if h200 is not None:
       measured = row["cost"]["h200"]["source"].startswith("measured")
-      costs.setdefault((words[2], words[3], preset), f"~{_duration(h200)} on an H200 "
+      costs.setdefault((args.task, args.mixer, args.preset), f"~{_duration(h200)} on an H200 "
                        f"({'measured' if measured else 'estimate'})")
   return costs
 

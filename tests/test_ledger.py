@@ -71,3 +71,21 @@ def test_a_row_that_stopped_is_skipped_and_named_not_retried(tmp_path, status):
   assert ledger.stopped(ROWS, tmp_path) == [first]
   assert ledger.status(first, tmp_path).startswith(
       "diverged (loss not finite) at step 600" if status == "diverged" else "failed at step 600")
+
+
+def test_the_command_is_read_by_the_clis_own_parser(tmp_path):
+  # `--preset=lra` and options before the task are what `lra run` accepts; a hand-made reading
+  # of the words put such a row's cost in the paper grid's cell, or refused its run folder.
+  row = {**ROWS[0], "id": "listops-latte-lra", "run": "runs/listops/latte/lra_seed0",
+         "command": "lra run --preset=lra listops latte"}
+  path = tmp_path / "ledger.json"
+  path.write_text(json.dumps({"rows": [row]}))
+  assert ledger.load(path) == [row]
+  parsed = ledger.parsed(row)
+  assert (parsed.task, parsed.mixer, parsed.preset) == ("listops", "latte", "lra")
+  assert list(ledger.cell_costs([row])) == [("listops", "latte", "lra")]
+  assert list(ledger.cell_costs(ROWS[:1])) == [("listops", "latte", "paper")]
+  with pytest.raises(ValueError, match="its run folder runs/text/latte/lra_seed0 is not under "
+                                       "runs/listops/"):
+    path.write_text(json.dumps({"rows": [{**row, "run": "runs/text/latte/lra_seed0"}]}))
+    ledger.load(path)

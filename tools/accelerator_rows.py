@@ -137,7 +137,7 @@ def row_command(session: Session, row: dict[str, Any]) -> tuple[list[str], str]:
   args = ledger.run_args(row)
   if session.args.quick:
     args += [f"--config.{o}" for o in QUICK_OVERRIDES]
-  return args, args[1]
+  return args, ledger.parsed(row).task
 
 
 class DataMaker(threading.Thread):
@@ -342,7 +342,7 @@ def advance_row(session: Session, work: RowWork) -> RowWork | None:
   following = None
   if session.args.max_rows is None or len(session.report["rows"]) < session.args.max_rows:
     nxt = session.next_row(skip=row["id"])
-    if nxt is not None and session.args.quick and ledger.run_args(nxt)[1] not in QUICK_SPEC:
+    if nxt is not None and session.args.quick and ledger.parsed(nxt).task not in QUICK_SPEC:
       nxt = None  # --quick has no small recipe for its task
     if nxt is not None:  # its data and compiled steps, made while this row trains
       following = RowWork(session, nxt)
