@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from lra import stop_after  # first: --stop-after counts from the command's start
+from lra import stop_after  # first: it notes when the process started (--stop-after)
 from lra import run_summary  # light: no JAX
 
 DEMO = ("listops", "latte", "demo")
@@ -347,6 +347,7 @@ def _let_global_flags_through(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
   as_command = argv is None  # the `lra` command itself, not a caller passing its arguments
+  stop_after.command_started(as_command)  # --stop-after counts from the process's start, or now
   argv, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
   args = build_parser().parse_args(argv)
   # Orbax logs a failed background save through absl, with its threads' tracebacks; the run

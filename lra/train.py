@@ -407,14 +407,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
   SIGTERM saves a checkpoint and returns status "interrupted"; a non-finite training loss returns
   status "diverged". Every process of a multi-host run calls this; only process 0 writes files.
   With `stop_after_s` it also stops so as to end before that many seconds since the command began
-  (lra.stop_after), as after Ctrl-C. Returns final.json's dict.
+  (lra.stop_after), as after Ctrl-C, or before the first step if starting left too little time.
+  Returns final.json's dict.
   """
   run_dir = Path(run_dir)
   s = setup(config, data.spec)
   ckpt = checkpoints.Checkpointer(run_dir, keep=config.checkpoint.keep)
   files = None
+  # Several processes read a stop request two steps after it is made (_loop): budgeted.
+  deadline = None if stop_after_s is None else stop_after.for_run(
+      stop_after_s, config, data.num_examples("val") + data.num_examples("test"),
+      lag=2 if jax.process_count() > 1 else 0)
   try:
+    began = time.monotonic()
     state, book, start_step = restore_or_init(s, data.spec, config.train.seed, ckpt)
+    init_s = time.monotonic() - began  # compiling the init: what compiling the steps is guessed at
     files = RunFiles(config, data, run_dir, start_step, num_params(state))
     bar = Progress(config.train.num_steps, enabled=progress and files.lead)
     if start_step:
@@ -425,7 +432,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
       print(f"lra: {run_dir} reached step {files.replaced_step} but holds no checkpoint "
             f"(checkpoints/ is ignored by git unless added with git add -f): starting again "
             f"from step 0", file=sys.stderr)
-    return _loop(config, data, s, state, book, start_step, ckpt, files, bar, stop_after_s)
+    return _loop(config, data, s, state, book, start_step, ckpt, files, bar, deadline, init_s)
   except distributed.PeerLost:
     ckpt = None  # closing waits for saves in flight, whose barriers need the lost process
     raise
@@ -446,8 +453,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
 
 def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state: TrainState,
           book: Book, step: int, ckpt: checkpoints.Checkpointer, files: RunFiles,
-          bar: Progress, stop_after_s: float | None = None) -> dict[str, Any]:
-  """Phase 3: from `step` to the end of training (or a stop); returns final.json's dict."""
+          bar: Progress, deadline: stop_after.Deadline | None = None,
+          init_s: float = 0.0) -> dict[str, Any]:
+  """Phase 3: from `step` to the end of training (or a stop); returns final.json's dict.
+
+  With a `deadline` (--stop-after), the start-up is checked before compiling the steps (guessed
+  at `init_s`, what the model's initialisation took) and before the first step (guessed at its
+  compile time): a start-up that leaves no time for a step and its save stops the run there.
+  """
   tc = config.train
   started = time.time()
   throughput = Throughput()
@@ -478,12 +491,25 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
   def ended(status: str, reason: str, write: bool | None = None) -> None:  # not the loop's choice
     files.final(status, step, book, None, wall(), rate, stop_reason=reason, write=write)
 
+  def untrained(late: str | None) -> dict[str, Any]:  # --stop-after: no time for a step
+    reason = late or f"{deadline.reason}: another process's start-up left no time for a step"
+    _say(f"lra: {reason}")
+    return files.final("interrupted", step, book, None, wall(), rate, stop_reason=reason)
+
   fit = _Fit(config)
-  deadline = None if stop_after_s is None else stop_after.for_run(
-      stop_after_s, config, data.num_examples("val") + data.num_examples("test"))
   with interrupts.StopRequest() as stop, _faults_end_the_run(ended, ckpt, fit, files.run_dir):
-    fit.need = check_fits(config, s, state, data.spec)
     if deadline is not None:
+      late = deadline.before_training(step, init_s, init_s, "JAX, the data, the model")
+      if _anyone(late is not None):
+        return untrained(late)
+    began = time.monotonic()
+    fit.need = check_fits(config, s, state, data.spec, ("train",))
+    compile_s = time.monotonic() - began
+    fit.need.update(check_fits(config, s, state, data.spec, ("eval",)))
+    if deadline is not None:
+      late = deadline.before_training(step, 0.0, compile_s, "JAX, the data, compiling")
+      if _anyone(late is not None):
+        return untrained(late)
       deadline.start(step)
     while step < tc.num_steps:
       batch = next(stream)
@@ -544,6 +570,13 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
                            stop_reason=stop.signal_name or "stop requested on another process")
     ckpt.wait()
   return files.final("complete", step, book, last_test, wall(), rate)
+
+
+def _anyone(says: bool) -> bool:
+  """Whether any process says yes; every process calls this at the same point."""
+  if jax.process_count() == 1:
+    return says
+  return bool(np.max(multihost_utils.process_allgather(np.asarray(says, np.int32))))
 
 
 def check_fits(config: ml_collections.ConfigDict, s: Setup, state: TrainState, spec: TaskSpec,

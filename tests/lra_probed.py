@@ -11,7 +11,10 @@ With LRA_PROBE_DISK_FULL_AT_CHECKPOINT=K, writing the checkpoint of step K fails
 midway (its state written, its bookkeeping not), as on a full disk. With
 LRA_PROBE_MEMORY_LIMIT_AT_STEP=K, the process's address space is capped at what it maps plus
 LRA_PROBE_MEMORY_MARGIN_MB (default 256) when it fetches the batch of step K, so a step that
-allocates more fails in XLA's allocator, as on a device that is full.
+allocates more fails in XLA's allocator, as on a device that is full. With
+LRA_PROBE_STEP_SECONDS=S, the clock `--stop-after` reads (lra.stop_after) moves S seconds more at
+each train batch, as if every step took that long, and the process logs that clock's seconds
+since its start when `lra` returns.
 """
 import errno
 import hashlib
@@ -23,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from lra import cli, train
+from lra import cli, stop_after, train
 
 LOG = Path(os.environ["LRA_PROBE_LOG"])
 RUN_DIR = Path(sys.argv[sys.argv.index("--run-dir") + 1]).resolve()
@@ -43,7 +46,15 @@ def _after_checkpoint() -> None:
     time.sleep(0.05)
 
 
+_STEP_S = float(os.environ.get("LRA_PROBE_STEP_SECONDS", "0"))
+_ahead = [0.0]  # seconds the --stop-after clock is ahead of the real one
+if _STEP_S:
+  _real_clock = stop_after._clock  # pylint: disable=protected-access
+  stop_after._clock = lambda: _real_clock() + _ahead[0]  # pylint: disable=protected-access
+
+
 def _fault_at(step: int) -> None:
+  _ahead[0] += _STEP_S
   if os.environ.get("LRA_PROBE_MEMORY_LIMIT_AT_STEP") == str(step):
     _after_checkpoint()
     with open("/proc/self/status") as f:
@@ -107,4 +118,8 @@ train.train_batches = _probed(train.train_batches, "train")
 train.eval_batches = _probed(train.eval_batches, "eval")
 sys.addaudithook(_audit)
 sys.argv[0] = "lra"
-sys.exit(cli.main())  # as the `lra` command calls it: argv from sys.argv
+code = cli.main()  # as the `lra` command calls it: argv from sys.argv
+if _STEP_S:
+  clock = stop_after._clock  # pylint: disable=protected-access
+  _log({"kind": "exit", "elapsed": clock() - stop_after.STARTED})
+sys.exit(code)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lra import run
+from lra import run, stop_after
 from lra.tasks.contract.batches import eval_batches, train_batches
 from lra.tasks.contract.cache import PreparedData
 from lra.writers import read_metrics
@@ -51,7 +51,7 @@ def _free_port() -> int:
 
 
 def _start_hosts(data_dir, run_dir, logs, cache, faults=({}, {}), timeout_s=None,
-                 overrides=OVERRIDES):
+                 overrides=OVERRIDES, args=()):
   """Both processes of a two-host run, as the README's by-hand recipe starts them."""
   port = _free_port()
   procs = []
@@ -68,7 +68,7 @@ def _start_hosts(data_dir, run_dir, logs, cache, faults=({}, {}), timeout_s=None
     procs.append(subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "lra_probed.py"), "run", "listops", "softmax",
          "--preset", "smoke", "--quiet", "--data-dir", str(data_dir), "--run-dir", str(run_dir),
-         "--distributed", *(f"--config.{o}" for o in overrides)],
+         "--distributed", *args, *(f"--config.{o}" for o in overrides)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
   return procs
 
@@ -240,6 +240,39 @@ def test_sigterm_to_one_process_stops_every_process_at_the_next_step(
   print(f"SIGTERM at step {reached}, stopped at step {stopped}, both exited {stop_s:.2f} s later; "
         f"a step took {1e3 * step_s:.1f} ms")
   assert stop_s < 60  # generous: a loaded machine; the checkpoint write is most of it
+
+
+def test_stop_after_on_two_hosts_budgets_the_steps_a_stop_takes_to_land(
+    data_dir, compile_cache, tmp_path):
+  """--stop-after with two processes: a stop asked for after step k lands after step k + 2 (the
+  request rides on the next step's batch, whose flag is read one step late), so the deadline
+  budgets those two steps too, and every process ends within the limit. Each step is made to look
+  30 s long on the clock --stop-after reads (LRA_PROBE_STEP_SECONDS), more than the stop's own
+  reserve, so two steps left out of the budget would overrun it; the run itself stays short."""
+  run_dir, logs = tmp_path / "run", tmp_path / "logs"
+  logs.mkdir()
+  step_s, limit, far = 30.0, 600, 10**6
+  slow = {"LRA_PROBE_STEP_SECONDS": str(step_s)}
+  results = _finish(_start_hosts(
+      data_dir, run_dir, logs, compile_cache, (slow, slow), args=("--stop-after", str(limit)),
+      overrides=[f"train.num_steps={far}", "train.log_every_steps=1", f"eval.every_steps={far}",
+                 f"checkpoint.every_steps={far}"]))
+  for code, _, err, _ in results:
+    assert code == 130, err
+  final = json.loads((run_dir / "final.json").read_text())
+  assert final["status"] == "interrupted" and final["stop_reason"] == f"--stop-after {limit} s"
+  stopped = final["step"]
+  assert stopped > 5  # trained, then stopped: not before training
+  for index in (0, 1):
+    assert max(r["step"] for r in _probe(logs, index) if r["kind"] == "train") == stopped
+  assert (run_dir / "checkpoints" / str(stopped) / "lra_manifest.json").exists()
+  # Each process's clock from its start to the end of `lra`: within the limit, and not early by
+  # more than a step and the stop's reserve (no save was timed: its guess) and 5 s of slack.
+  exits = [next(r["elapsed"] for r in _probe(logs, i) if r["kind"] == "exit") for i in (0, 1)]
+  reserve = 2 * stop_after.FIRST_SAVE_GUESS_S + stop_after.MARGIN_S
+  print(f"stopped at step {stopped}; {exits} s of the {limit} s limit")
+  assert max(exits) <= limit
+  assert min(exits) > limit - step_s - reserve - 5
 
 
 def test_a_bad_peer_timeout_says_what_to_set(monkeypatch):

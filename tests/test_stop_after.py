@@ -23,12 +23,16 @@ class Script:
     return self.now
 
 
-def _loop(deadline, clock, schedule, cost):
-  """Steps until the deadline says stop; returns (step, time) at the stop, or None."""
+def _loop(deadline, clock, schedule, cost, lag=0):
+  """Steps until the deadline says stop and then `lag` more (a stop seen late, as with several
+  processes); returns (step, time) at the stop, or None."""
   deadline.start(0)
+  asked = None
   for step in range(1, schedule.num_steps + 1):
     clock.now += cost(step)
-    if deadline.should_stop(step):
+    if deadline.should_stop(step) and asked is None:
+      asked = step
+    if asked is not None and step == asked + lag:
       return step, clock.now
   return None
 
@@ -57,6 +61,79 @@ def test_the_stop_leaves_room_for_its_save_and_comes_late_enough(limit):
     assert deadline.save_s == 2.0 and deadline.eval_s == 3.0
     following = _cost(schedule)(stop + 1)
     assert when + following + 2 * 2.0 + stop_after.MARGIN_S > limit, (stop, when)
+
+
+@pytest.mark.parametrize("limit", [60.0, 75.0, 90.0, 200.0])
+def test_several_processes_budget_the_steps_a_stop_takes_to_land(limit):
+  # With several processes a stop asked for after step k lands after step k + 2: the deadline
+  # budgets those two steps, their evaluations and saves, and the step after the next decision.
+  schedule = stop_after.Schedule(num_steps=1000, eval_every=10, checkpoint_every=15, log_every=1,
+                                 eval_batches_per_step=2.0)
+  clock = Script(10.0)
+  deadline = stop_after.Deadline(limit, schedule, started=0.0, clock=clock, lag=2)
+  stop, when = _loop(deadline, clock, schedule, _cost(schedule), lag=2)
+  assert when + 2.0 <= limit, (stop, when)  # its save (2 s) done by the limit
+  if limit > 50:  # not early: asked one step later, it would have landed past the limit
+    assert deadline.save_s == 2.0 and deadline.eval_s == 3.0
+    later = when + _cost(schedule)(stop + 1)
+    assert later + 2 * 2.0 + stop_after.MARGIN_S > limit, (stop, when)
+
+
+def test_a_start_up_that_leaves_no_room_stops_before_the_first_step():
+  schedule = stop_after.Schedule(num_steps=1000, eval_every=1000, checkpoint_every=1000,
+                                 log_every=1)
+  clock = Script(12.0)  # 12 s of start-up so far
+  deadline = stop_after.Deadline(40.0, schedule, started=0.0, clock=clock)
+  stop_cost = 2 * stop_after.FIRST_SAVE_GUESS_S + stop_after.MARGIN_S
+  # Before compiling: 12 s, compiling and a first step guessed at 5 s each, then the stop.
+  assert 12.0 + 5.0 + 5.0 + stop_cost <= 40.0
+  assert deadline.before_training(0, 5.0, 5.0, "JAX, the data, the model") is None
+  clock.now = 26.0  # compiling took 14 s: a first step guessed at that is past the limit
+  late = deadline.before_training(0, 0.0, 14.0, "JAX, the data, compiling")
+  need = 26.0 + 14.0 + stop_cost
+  assert late == (f"--stop-after 40 s: the start-up took 26.0 s (JAX, the data, compiling), and a "
+                  f"first step and a save need about {need - 26.0:.0f} s more: stopped before "
+                  f"training, nothing trained in this command; allow more than {need:.0f} s")
+
+
+def test_the_command_counts_from_its_process_start():
+  # Python, its imports and whatever ran before lra.cli count against the limit, as they do
+  # against a scheduler's; a caller passing its own arguments to lra.cli.main counts from there.
+  code = ("import time; time.sleep(1.5); from lra import stop_after; "
+          "print(stop_after._clock() - stop_after.STARTED)")
+  counted = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 check=True).stdout)
+  if not Path("/proc/self/stat").exists():
+    pytest.skip("the process's start is read from /proc (Linux)")
+  assert 1.5 <= counted < 30  # 30: a loaded machine's slow start
+  stop_after.command_started(as_command=False)
+  assert stop_after._clock() - stop_after.STARTED < 1.0
+
+
+def test_a_run_whose_start_up_exceeds_its_limit_trains_nothing_and_says_so(tmp_path):
+  # Starting Python and JAX and making the data take more than 2 s: the run stops before it
+  # compiles its steps, with one line that says what took the time, instead of compiling and
+  # training a step past the limit. The budget counts from the process's start.
+  limit = 2
+  began = time.monotonic()
+  proc = subprocess.run(
+      [sys.executable, "-m", "lra", "run", "listops", "softmax", "--preset", "smoke", "--quiet",
+       "--data-dir", str(tmp_path / "data"), "--run-dir", str(tmp_path / "run"),
+       "--stop-after", str(limit)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+  wall = time.monotonic() - began
+  assert proc.returncode == 130, proc.stderr
+  line = next(x for x in proc.stderr.splitlines() if x.startswith("lra: "))
+  assert line.startswith(f"lra: --stop-after {limit} s: the start-up took ")
+  assert "(JAX, the data, the model)" in line and "nothing trained in this command" in line
+  startup = float(line.split("the start-up took ")[1].split(" s")[0])
+  final = json.loads((tmp_path / "run" / "final.json").read_text())
+  assert final["status"] == "interrupted" and final["step"] == 0
+  assert final["stop_reason"] == line.removeprefix("lra: ")
+  assert not (tmp_path / "run" / "checkpoints").exists() or not any(
+      p.name.isdigit() for p in (tmp_path / "run" / "checkpoints").iterdir())
+  # Ended soon after it found the limit past: final.json, the summary and the exit, within 5 s
+  # (a loaded machine), not a compile and a step later.
+  assert wall <= startup + 5.0, (wall, startup)
 
 
 def test_an_unseen_evaluation_is_guessed_high():
@@ -107,7 +184,7 @@ def test_a_limit_that_is_not_a_positive_number_is_one_line(capsys):
 @pytest.mark.slow
 def test_a_real_run_stops_before_its_limit_and_says_why(tmp_path):
   # Slow: the limit must leave room for starting JAX, making the data and compiling (over a
-  # minute on 2 loaded cores), or the run can only stop after its first step, past the limit.
+  # minute on 2 loaded cores), or the run stops before training (the test above).
   limit = 120
   began = time.time()
   proc = subprocess.run(
