@@ -164,3 +164,40 @@ def test_a_mixer_that_raises_ends_the_run_in_one_line_with_its_traceback_logged(
   assert final["status"] == "failed" and "the broken mixer fails" in final["stop_reason"]
   log = (run_dir / "error.log").read_text()
   assert log.startswith("Traceback") and "second line" in log and str(path) in log
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_a_file_that_fails_to_import_is_one_line_at_its_own_line(command, tmp_path, monkeypatch,
+                                                                 capsys):
+  """A syntax error, or an exception while the file is imported (also in a helper module of the
+  user's), names the user's file and line, never the suite's import machinery; exit 2."""
+  monkeypatch.chdir(tmp_path)
+  folder = tmp_path / "my_layers"
+  folder.mkdir()
+  lines = MEAN_GATE.replace("class MeanGate", "class Broken").splitlines()
+  call = next(i for i, line in enumerate(lines) if "gate = nn.sigmoid(" in line)
+  (folder / "broken_syntax.py").write_text("\n".join(
+      lines[:call] + [lines[call].replace("nn.sigmoid(", "nn.sigmoid((")] + lines[call + 1:]))
+  (folder / "name_error.py").write_text("import flax.linen as nn\n\nscale = undefined_name\n")
+  (folder / "helper.py").write_text("x = 1\ny = x / 0\n")
+  monkeypatch.syspath_prepend(str(folder))
+  (folder / "uses_helper.py").write_text("import flax.linen as nn\nimport helper\n")
+  monkeypatch.delitem(sys.modules, "helper", raising=False)
+  extra = ["synthetic"] if command == "run" else []
+  expected = {
+      "broken_syntax": f"my_layers/broken_syntax.py:{call + 1}: SyntaxError: '(' was never closed",
+      "name_error": ("my_layers/name_error.py:3: NameError: name 'undefined_name' is not "
+                     "defined"),
+      "uses_helper": ("my_layers/helper.py:2: ZeroDivisionError: division by zero (imported "
+                      "from my_layers/uses_helper.py:2;")}
+  for stem, start in expected.items():
+    spec = f"my_layers/{stem}.py:Broken"
+    argv = [command, *extra, spec] + (["--preset", "smoke", "--quiet", "--results-dir",
+                                       str(tmp_path / "results")] if command == "run" else [])
+    assert main(argv) == 2, stem
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1, captured.err
+    assert captured.err.startswith(f"lra: error: {start}"), captured.err
+    assert f"importing mixer '{spec}'" in captured.err
+    assert f"the whole traceback: python my_layers/{stem}.py" in captured.err
+  assert not (tmp_path / "results").exists()  # refused before any run folder

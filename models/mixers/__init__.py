@@ -9,6 +9,7 @@ the `lra.mixers` entry-point group (`[options.entry_points] lra.mixers = gated =
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib
@@ -16,7 +17,10 @@ import importlib.metadata
 import importlib.util
 import inspect
 import os
+import shlex
 import sys
+import sysconfig
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +84,9 @@ def find_mixer(spec: str) -> FoundMixer:
   installed = entry_points()
   if spec in installed:
     ep = installed[spec]
-    cls = _check_contract(ep.load(), f"entry point '{ep.name} = {ep.value}'")
+    with _importing(spec, f"python -c 'import {ep.module}'"):
+      loaded = ep.load()
+    cls = _check_contract(loaded, f"entry point '{ep.name} = {ep.value}'")
     dist = f"{ep.dist.name}=={ep.dist.version}" if ep.dist else ""
     return FoundMixer(spec, cls, {"spec": spec, "import": ep.value, "distribution": dist,
                                   "sha256": _sha256(inspect.getsourcefile(cls))})
@@ -94,10 +100,9 @@ def find_mixer(spec: str) -> FoundMixer:
     module = _import_file(path.expanduser(), spec)
   else:
     try:
-      module = importlib.import_module(where)
-    except ModuleNotFoundError as e:
-      if not (e.name and (where + ".").startswith(e.name + ".")):
-        raise  # the module exists; something it imports does not
+      with _importing(spec, f"python -c 'import {where}'", missing=where):
+        module = importlib.import_module(where)
+    except ModuleNotFoundError as e:  # the module itself (one it imports is a MixerImportError)
       raise KeyError(f"Mixer '{spec}': no module {where} on the Python path ({e}). For a file, "
                      "pass path/to/file.py:ClassName.") from None
   if not isinstance(getattr(module, name, None), type):
@@ -161,6 +166,58 @@ def _check_contract(cls: Any, what: str) -> type[nn.Module]:
   return cls
 
 
+class MixerImportError(ValueError):
+  """A mixer's own module (or one it imports) fails to import: one line naming the file and line
+  where it failed, not the suite's import machinery."""
+
+
+@contextlib.contextmanager
+def _importing(spec: str, full_traceback: str, missing: str | None = None):
+  """Turns an exception raised while importing a user's module into a MixerImportError that
+  points at the user's code: `file:line: Type: message`, the line being the innermost frame of
+  the user's own files (not the suite's, Python's or an installed package's; a SyntaxError names
+  its own). `full_traceback` is the command that shows the whole traceback. A ModuleNotFoundError
+  for `missing` itself (the module named by the spec) passes through: the caller says which
+  modules exist."""
+  try:
+    yield
+  except Exception as e:  # noqa: BLE001 - a user's module may raise anything at import
+    if isinstance(e, ModuleNotFoundError) and missing and e.name and (
+        missing + ".").startswith(e.name + "."):
+      raise
+    context = [f"importing mixer '{spec}'", f"the whole traceback: {full_traceback}"]
+    if isinstance(e, SyntaxError) and e.filename:
+      where, message = f"{_shown(e.filename)}:{e.lineno}", e.msg
+    else:
+      frames = [f for f in traceback.extract_tb(e.__traceback__) if _users(f.filename)]
+      where = f"{_shown(frames[-1].filename)}:{frames[-1].lineno}" if frames else spec
+      message = (str(e).splitlines() or [""])[0]
+      if len(frames) > 1:  # a helper module of the user's, imported by the mixer's file
+        context.insert(0, "imported from " + ", ".join(
+            f"{_shown(f.filename)}:{f.lineno}" for f in reversed(frames[:-1])))
+    raise MixerImportError(f"{where}: {type(e).__name__}: {message} ({'; '.join(context)})"
+                           ) from None
+
+
+def _users(filename: str) -> bool:
+  """Whether a traceback frame's file is the user's: not importlib's (frozen), not the suite's,
+  not Python's own library or an installed package."""
+  if filename.startswith("<"):
+    return False
+  path = os.path.abspath(filename)
+  libraries = {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+  suite = {os.path.dirname(sys.modules[name].__file__) for name in _SUITE_PACKAGES
+           if getattr(sys.modules.get(name), "__file__", None)}
+  return not any(path.startswith(os.path.join(d, "")) for d in libraries | suite if d)
+
+
+def _shown(filename: str) -> str:
+  """A file as the user named it: relative to the working folder when it lies inside it."""
+  relative = os.path.relpath(filename)
+  return filename if relative.startswith("..") else relative
+
+
+_SUITE_PACKAGES = ("lra", "lra.models", "lra.tasks", "lra.configs")
 _FILE_MODULES: dict[tuple[Path, str], Any] = {}
 
 
@@ -176,7 +233,8 @@ def _import_file(path: Path, spec: str):
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module  # dataclasses (so Flax modules) look their module up while built
     try:
-      module_spec.loader.exec_module(module)
+      with _importing(spec, f"python {shlex.quote(str(path))}"):
+        module_spec.loader.exec_module(module)
     except BaseException:
       del sys.modules[name]
       raise
