@@ -36,7 +36,8 @@ from lra import checkpoints, distributed, dropout_rng, interrupts, memory, optim
 from lra import run_identity, stop_after
 from lra.config_loading import mixer_label
 from lra.loggers import open_loggers
-from lra.models.build import build_model, execution_path
+from lra.models.build import build_model, execution_path, mixer_factory
+from lra.models.mixers import contract
 from lra.progress import Progress, Throughput
 from lra.tasks.contract.batches import Batching, eval_batches, train_batches
 from lra.tasks.contract.cache import PreparedData
@@ -189,6 +190,10 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
   distributed.check_divisible("eval.batch_size", config.eval.batch_size, jax.device_count())
   mesh = distributed.data_mesh()
   model = build_model(config, spec)
+  if config.get("mixer_source"):  # a mixer from outside the suite: its output's shape, traced
+    contract.check_shape_before_training(mixer_factory(config), config.mixer_source.spec,
+                                         dim=config.model.dim, num_heads=config.model.num_heads,
+                                         length=model.encoder.mixer_max_len)
   train_step, eval_step = make_steps(model, mesh, dropout_seed=tc.seed + 1,
                                      grad_accum_steps=tc.grad_accum_steps,
                                      dropout_bits=tc.dropout_bits)

@@ -239,6 +239,12 @@ class Encoder(nn.Module):
   norm: str = "block"
   bn_momentum: float = 0.95
 
+  @property
+  def mixer_max_len(self) -> int:
+    """The longest input a mixer sees: max_len tokens (squares of patch x patch pixels), and the
+    CLS token with CLS pooling (Linformer's projections have one row per position)."""
+    return self.max_len // self.patch ** 2 + (self.pooling == "cls")
+
   def _block_class(self):
     """EncoderBlock wrapped for remat and the compute dtype; the mixers need not know either."""
     block = nn.remat(EncoderBlock, static_argnums=(4,)) if self.remat else EncoderBlock
@@ -288,13 +294,11 @@ class Encoder(nn.Module):
     x = x.astype(self.dtype)
     carry = None
     block = self._block_class()
-    # The mixers see the CLS token too, so their longest input is max_len + 1 (Linformer's
-    # projections have one row per position).
-    mixer_max_len = max_len + (self.pooling == "cls")
     for i in range(self.num_layers):
       x, carry = block(self.mixer_factory, self.num_heads, self.mlp_dim, self.dropout_rate,
-                       mixer_max_len, block=self.block, glu=self.glu, mixer_gate=self.mixer_gate,
-                       mlp_hidden_dropout=self.mlp_hidden_dropout, s5_gate=self.s5_gate,
+                       self.mixer_max_len, block=self.block, glu=self.glu,
+                       mixer_gate=self.mixer_gate, mlp_hidden_dropout=self.mlp_hidden_dropout,
+                       s5_gate=self.s5_gate,
                        norm=self.norm, bn_momentum=self.bn_momentum, name=f"block_{i}")(
                            x, mask, carry, deterministic)
     x = x.astype(jnp.float32)

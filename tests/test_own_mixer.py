@@ -201,3 +201,33 @@ def test_a_file_that_fails_to_import_is_one_line_at_its_own_line(command, tmp_pa
     assert f"importing mixer '{spec}'" in captured.err
     assert f"the whole traceback: python my_layers/{stem}.py" in captured.err
   assert not (tmp_path / "results").exists()  # refused before any run folder
+
+
+def test_a_wrong_shape_fails_the_shape_alone_and_stops_a_run_before_training(tmp_path, capsys):
+  """The other properties would each fail on the same broadcasting error; they are skipped. A run
+  says the same in one line before training (traced at the run's sizes: T = 32 tokens + CLS)."""
+  path = tmp_path / "wrong.py"
+  path.write_text(MEAN_GATE.replace("class MeanGate", "class Wrong").replace(
+      "return nn.Dense(self.dim)(x) * gate[:, None, :], carry",
+      "return nn.Dense(self.dim // 2)(x) * gate[:, None, :self.dim // 2], carry") + (
+      MEAN_GATE.replace("class MeanGate", "class Alone").replace(
+          "* gate[:, None, :], carry", "* gate[:, None, :]")[MEAN_GATE.index("class MeanGate"):]))
+  assert main(["check", f"{path}:Wrong"]) == 1
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines[1] == ("FAIL  shape               returned [2, 24, 8] for x [2, 24, 16]: a mixer "
+                      "returns x's shape")
+  assert [line.split()[0] for line in lines[2:-1]] == ["SKIP"] * (len(PROPERTIES) - 1)
+  assert lines[-1] == (f"lra check: 1 of {len(PROPERTIES)} properties fail: shape; "
+                       f"{len(PROPERTIES) - 1} skipped until it passes")
+  assert main(["check", f"{path}:Alone"]) == 1
+  assert ("returned [2, 24, 16] for x [2, 24, 16]: a mixer returns the pair (y, carry)"
+          in capsys.readouterr().out)
+
+  run_dir = tmp_path / "run"
+  assert main(["run", "synthetic", f"{path}:Wrong", "--preset", "smoke", "--quiet",
+               "--data-dir", str(tmp_path / "data"), "--run-dir", str(run_dir)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()  # after the data generator's line
+  assert err[-1:] == [f"lra: error: mixer '{path}:Wrong' returned [1, 33, 16] for x [1, 33, 32]: a "
+                 f"mixer returns x's shape (`lra check {path}:Wrong` checks the whole contract)"]
+  assert not any("Traceback" in line for line in err)
+  assert not (run_dir / "final.json").exists()  # refused before training, nothing recorded

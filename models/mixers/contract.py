@@ -7,7 +7,9 @@ bidirectional (the last real token reaches the first output), jit (jitted = eage
 carry (the state a mixer passes to the next layer ignores pads too), finite gradients (w.r.t.
 parameters and inputs, also with huge pad values), forward derivatives (jax.jvp through the same
 padded rows: finite everywhere, and equal to backpropagation's), memory (forward + backward at
-T=8192 under 1/8 of softmax attention's).
+T=8192 under 1/8 of softmax attention's). When the shape fails the others are skipped: each reads
+y as x's shape, so each would fail for that one reason. `shape_problem` is the shape check alone,
+traced, never run: `lra run` makes it of a mixer from outside the suite before training.
 """
 from __future__ import annotations
 
@@ -41,14 +43,40 @@ BASELINE = "softmax"  # the quadratic mixer the memory property compares with (S
 
 @dataclasses.dataclass(frozen=True)
 class Result:
-  """One property: passed (None when it does not apply) and what was measured."""
+  """One property: passed (None when it does not apply, or was skipped) and what was measured."""
   name: str
   passed: bool | None
   detail: str
+  skipped: bool = False  # not checked, because the shape fails
 
   def line(self) -> str:
-    mark = {True: "PASS", False: "FAIL", None: "n/a "}[self.passed]
+    mark = "SKIP" if self.skipped else {True: "PASS", False: "FAIL", None: "n/a "}[self.passed]
     return f"{mark}  {self.name:<19} {self.detail}"
+
+
+class MixerShapeError(ValueError):
+  """A mixer whose output is not (y of x's shape, carry); one line that says what it returned."""
+
+
+def shape_problem(module: nn.Module, x_shape: tuple[int, ...]) -> str | None:
+  """What is wrong with the form of `module(x[B,T,D], mask[B,T], deterministic=True)`'s output,
+  e.g. "returned [2, 24, 8] for x [2, 24, 16]: a mixer returns x's shape"; None when it is
+  (y [B,T,D] of x's shape, carry). Traced by jax.eval_shape: nothing is computed, so it is cheap
+  at any size. An exception of the mixer's own propagates."""
+  x = jax.ShapeDtypeStruct(tuple(x_shape), jnp.float32)
+  mask = jax.ShapeDtypeStruct(tuple(x_shape[:2]), jnp.bool_)
+  out, _ = jax.eval_shape(lambda key, a, m: module.init_with_output(key, a, m, deterministic=True),
+                          jax.random.PRNGKey(0), x, mask)
+  if not (isinstance(out, (tuple, list)) and len(out) == 2):
+    found = (f"a {type(out).__name__} of {len(out)}" if isinstance(out, (tuple, list)) else
+             f"{list(out.shape)}" if hasattr(out, "shape") else type(out).__name__)
+    return f"returned {found} for x {list(x.shape)}: a mixer returns the pair (y, carry)"
+  y = out[0]
+  if not hasattr(y, "shape"):
+    return f"returned y of type {type(y).__name__}: a mixer returns (y [B,T,D], carry)"
+  if tuple(y.shape) != x.shape:
+    return f"returned {list(y.shape)} for x {list(x.shape)}: a mixer returns x's shape"
+  return None
 
 
 @functools.cache
@@ -163,8 +191,10 @@ class MixerContract:
   # Properties: each returns (passed, detail).
 
   def shape(self):
-    y = self.ran["y"]["clean"]
-    return y.shape == self.x.shape, f"y {list(y.shape)} for x {list(self.x.shape)}"
+    # Traced on its own: the other checks read y as x's shape (weights like x, x's mask), so
+    # they would fail on a wrong shape before saying what it is.
+    problem = shape_problem(self.module, self.x.shape)
+    return problem is None, problem or f"y {list(self.x.shape)} for x {list(self.x.shape)}"
 
   def finite(self):
     y, noisy = self.ran["y"]["clean"], self.ran["y"]["noisy"]
@@ -263,8 +293,15 @@ class MixerContract:
         f"forward+backward at T={MEMORY_T}: {ours / 2**20:.1f} MiB vs {BASELINE} "
         f"{theirs / 2**20:.1f} MiB (ratio {ours / theirs:.3f}, needs < {MEMORY_FRACTION:.3f})")
 
+  @functools.cached_property
+  def shape_fails(self) -> bool:
+    return self.check("shape").passed is False
+
   def check(self, name: str, catch: bool = True) -> Result:
-    """Runs one property; with `catch`, an exception is a failure that names it."""
+    """Runs one property; with `catch`, an exception is a failure that names it. Every property
+    but the shape is skipped when the shape fails (or the mixer cannot even be traced)."""
+    if name != "shape" and self.shape_fails:
+      return Result(name, None, "skipped until the shape passes", skipped=True)
     try:
       passed, detail = PROPERTIES[name](self)
     except Exception as e:  # noqa: BLE001 - a user's mixer may raise anything; report it
@@ -289,6 +326,22 @@ PROPERTIES: dict[str, Callable[[MixerContract], tuple[bool | None, str]]] = {
     "forward derivatives": MixerContract.forward_derivatives,
     "memory": MixerContract.memory,
 }
+
+
+def check_shape_before_training(mixer_factory: Callable[..., nn.Module], spec: str, *,
+                                dim: int, num_heads: int, length: int) -> None:
+  """Raises MixerShapeError, one line, when a mixer's output is not (y of x's shape, carry) at a
+  run's sizes (x [1,T,D], T = `length`, also its max_len): before training, where the first layer's residual sum would otherwise
+  fail with a broadcasting error. An exception of the mixer's own is left to the run, which logs
+  its traceback."""
+  module = mixer_factory(dim=dim, num_heads=num_heads, max_len=length)
+  try:
+    problem = shape_problem(module, (1, length, dim))
+  except Exception:  # noqa: BLE001 - reported by the run itself, with its traceback logged
+    return
+  if problem:
+    raise MixerShapeError(f"mixer '{spec}' {problem} (`lra check {spec}` checks the whole "
+                          "contract)")
 
 
 def train_step_bytes(cls: type[nn.Module], settings: dict[str, Any], dim: int,
