@@ -10,14 +10,15 @@ for the fitting screens, FIT below).
   python tools/pathfinder_study.py run NAME [--core C] [--stop-after S]   # one run, or resume it
   python tools/pathfinder_study.py summary               # README.md and curves_*.png
 
-`--core C` pins a run to one core with one XLA thread: on a 2-core CPU two such runs side by
-side train ~1.7x more steps per hour than one run on both cores (small ops parallelise poorly),
-so their steps/s are a single core's, not the preset's (docs/protocol.md has the 2-core costs).
-`--stop-after S` is `lra run`'s: the run stops sealed within S seconds (a session's end), and the
-same command resumes it. A run that spans sessions travels as its archive, committed beside its
-files (`lra pack results/pathfinder_study/NAME results/pathfinder_study/NAME/run.pack`, or its
-parts run.pack.1, .2, ... past 16 MiB); on a machine without its checkpoints, `run NAME` unpacks
-it first.
+`--core C` pins a run to one core (taskset) with one XLA intra-op thread (PJRT_NPROC=1, the
+size of XLA's CPU thread pool; Eigen single-threaded by XLA_FLAGS): on a 2-core CPU two such
+runs side by side train ~1.7x more steps per hour than one run on both cores (small ops
+parallelise poorly), so their steps/s are a single core's, not the preset's (docs/protocol.md
+has the 2-core costs). `--stop-after S` is `lra run`'s: the run stops sealed within S seconds
+(a session's end), and the same command resumes it. A run that spans sessions travels as its
+archive, committed beside its files (`lra pack results/pathfinder_study/NAME
+results/pathfinder_study/NAME/run.pack`, or its parts run.pack.1, .2, ... past 16 MiB); on a
+machine without its checkpoints, `run NAME` unpacks it first.
 """
 from __future__ import annotations
 
@@ -243,8 +244,13 @@ def run(study: StudyRun, core: int | None, stop_after: float | None = None) -> i
   if stop_after is not None:
     command += ["--stop-after", f"{stop_after:g}"]
   if core is not None:
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
-                        "intra_op_parallelism_threads=1").strip()
+    # XLA_FLAGS has no intra-op thread flag (a word without `--` there is skipped in silence,
+    # an unknown flag aborts): XLA's CPU client sizes its intra-op pool from PJRT_NPROC, else from
+    # the cores the process may use, which taskset narrows too. Eigen's calls single-threaded.
+    flags = env.get("XLA_FLAGS", "").split()
+    if "--xla_cpu_multi_thread_eigen=false" not in flags:
+      flags.append("--xla_cpu_multi_thread_eigen=false")
+    env["XLA_FLAGS"], env["PJRT_NPROC"] = " ".join(flags), "1"
     command = ["taskset", "-c", str(core), *command]
   print(shlex.join(command), flush=True)
   return subprocess.call(command, cwd=ROOT, env=env)
