@@ -1,5 +1,6 @@
-"""What a run's final.json says, in words: the summary `lra run` prints, and the one-phrase state
-that tables and `lra status` give a run that is not complete.
+"""What a run's final.json says, in words: the summary `lra run` prints (with a verdict for the
+`synthetic` task: does the mixer mix?), and the one-phrase state that tables and `lra status` give
+a run that is not complete.
 
 final.json keeps the train loop's markers for "not yet": best step -1 and val accuracy -1 before the
 first evaluation, steps/s 0 when no log window was timed. None of them is ever printed as a number.
@@ -8,6 +9,12 @@ from __future__ import annotations
 
 import math
 from typing import Any, Mapping
+
+# The `synthetic` task's pass mark, on test accuracy at the best val step: every built-in mixer
+# that carries both ends to the CLS output reaches 100% in its 1,500 steps, those that do not stay
+# at 24-58% (one end alone gives 25%); results/runs/synthetic/ and docs/protocol.md. The slow
+# test of tests/test_synthetic.py holds the built-in mixers to the same mark.
+MIXES_AT = 0.95
 
 
 def evaluated(final: Mapping[str, Any]) -> bool:
@@ -97,4 +104,30 @@ def result_lines(result: Mapping[str, Any]) -> list[str]:
   lines.append("  " + ", ".join(cost))
   if status == "interrupted":
     lines.append("  saved: the same command resumes it from this step")
+  verdict = synthetic_verdict(result)
+  if verdict:
+    lines.append("  " + verdict)
   return lines
+
+
+def synthetic_verdict(result: Mapping[str, Any]) -> str | None:
+  """Whether a complete `synthetic` run's mixer mixes (test accuracy at the best val step at or
+  above MIXES_AT), in one line; None for another task or a run that is not complete."""
+  if result.get("task") != "synthetic" or result.get("status") != "complete":
+    return None
+  if result.get("preset") == "smoke":
+    return ("verdict: none from the smoke preset (a few steps: it checks that a run runs); "
+            "`lra run synthetic MIXER` trains the 1,500 steps the verdict needs")
+  accuracy = number(result.get("test_accuracy"))
+  if accuracy is None:
+    return None
+  score, mark = f"{_pct(accuracy)} test at the best val step", f"{100 * MIXES_AT:.0f}%"
+  built_in = "the built-in mixers that mix reach 100%"
+  if accuracy >= MIXES_AT:
+    return f"verdict: mixes: {score}, at or above the pass mark of {mark} ({built_in})"
+  chance = number(result.get("chance_accuracy"))
+  # num_values^2 classes: one end alone narrows the class to num_values of them, sqrt(chance).
+  one_end = (f"one end alone gives {_pct(math.sqrt(chance))}, chance {_pct(chance)}; "
+             if chance else "")
+  return (f"verdict: does not mix in {_count(number(result.get('step')) or 0)} steps: {score}, "
+          f"under the pass mark of {mark} ({one_end}{built_in})")
