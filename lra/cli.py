@@ -23,8 +23,9 @@ MIXER_HELP = ("a registered mixer (lra list), your own as path/to/file.py:ClassN
               "module.path:ClassName, or one an installed package registers (lra.mixers)")
 DEMO_HELP = ("With no command, `lra` runs the demo: bidirectional Latte (4 layers, D=64) trains "
              "4,000 steps on generated ListOps (depth <= 4, 8-80 tokens: easier than LRA's) and "
-             "prints its test accuracy beside the majority class's; about 5 minutes on a laptop "
-             "CPU. Its run folder is results/local/runs/listops/latte/demo_seed0 (git-ignored); "
+             "prints its test accuracy beside the majority class's; about 5 minutes on 2 CPU "
+             "cores, 10 on one (the progress line gives an ETA). Its run folder is "
+             "results/local/runs/listops/latte/demo_seed0 (git-ignored); "
              "run `lra` again to see the result, delete the folder to train again. The options "
              "below apply to the demo; each command has its own --help.")
 

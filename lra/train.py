@@ -516,6 +516,8 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
       if _anyone(late is not None):
         return untrained(late)
       deadline.start(step)
+    throughput.restart()  # compiling (check_fits) is not training speed
+    bar.start()
     while step < tc.num_steps:
       batch = next(stream)
       if agree:
@@ -529,6 +531,9 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
       book.window_steps += 1
       throughput.step()
       log_point = step % tc.log_every_steps == 0 or step == tc.num_steps
+      if not log_point and bar.estimate_due():  # log points far apart: a first ETA now
+        jax.block_until_ready(state)  # the speed of steps run, not of steps queued
+        bar.estimate(step, throughput.rate())
       if log_point:
         totals = jax.device_get(window)
         rate = throughput.rate()
