@@ -181,7 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
       "sbatch lra_sweep.sbatch from the same folder.")
   sweep.add_argument("--tasks", nargs="+", required=True, metavar="TASK",
                      help="tasks to run (lra list)")
-  sweep.add_argument("--mixers", nargs="+", required=True, metavar="MIXER", help=MIXER_HELP)
+  sweep.add_argument("--mixers", nargs="+", required=True, metavar="MIXER", help=MIXER_HELP +
+                     "; or a group: builtin (every mixer of the suite, `lra list`'s built-in "
+                     "ones) or all (those and every mixer an installed package registers)")
   sweep.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED",
                      help="one run per seed, each in its own _seedN folder (default 0)")
   sweep.add_argument("--preset", default="paper", help="the preset of every run (default paper)")

@@ -20,6 +20,21 @@ from lra.config_loading import (data_cache_dir, default_data_dir, default_run_di
                                 resolve_config, unused_overrides)
 
 
+# Words --mixers takes for groups of mixers (lra.cli's help says what each means).
+MIXER_GROUPS = ("builtin", "all")
+
+
+def expand_mixers(mixers: Sequence[str]) -> list[str]:
+  """The MIXER arguments with the groups replaced by the mixers they name, in `lra list`'s order:
+  `builtin` every mixer of the suite, `all` those and every mixer an installed package registers
+  (lra.mixers entry points). A mixer named twice runs once."""
+  groups = {}
+  if set(MIXER_GROUPS) & set(mixers):
+    from lra.models.mixers import MIXERS, entry_points  # pylint: disable=import-outside-toplevel
+    groups = {"builtin": list(MIXERS), "all": [*MIXERS, *entry_points()]}
+  return list(dict.fromkeys(m for mixer in mixers for m in groups.get(mixer, [mixer])))
+
+
 @dataclass(frozen=True)
 class Job:
   task: str
@@ -53,7 +68,9 @@ def run_state(run_dir: Path) -> str:
 def plan(tasks: Sequence[str], mixers: Sequence[str], seeds: Sequence[int], *, preset: str,
          results_dir: Path, data_dir: Path | None = None,
          overrides: Sequence[str] = ()) -> list[Job]:
-  """Every (task, mixer, seed) in that order, with its run dir (lra run's default) and state."""
+  """Every (task, mixer, seed) in that order, with its run dir (lra run's default) and state;
+  `mixers` may name groups (`builtin`, `all`: expand_mixers)."""
+  mixers = expand_mixers(mixers)
   if any(o.split("=")[0].strip() == "train.seed" for o in overrides):
     raise ValueError("lra sweep sets train.seed from --seeds; drop --config.train.seed=... and "
                      "pass --seeds 0 1 2 instead.")

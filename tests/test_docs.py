@@ -183,23 +183,26 @@ def test_the_readmes_own_layer_steps_run_from_a_folder_of_ones_own(tmp_path, mon
   assert "| latte (committed) | ListOps | laptop |" in lra_md
 
 
-def test_the_readmes_cluster_example_emits_a_script_with_time_environment_and_data(
-    tmp_path, monkeypatch, capsys):
-  """README "On a cluster (Slurm)": the `lra sweep` line as written, in a fresh folder; the
-  script it names is valid bash with the time limit, the environment and the shared data."""
+def test_the_readmes_cluster_example_runs_from_the_sweep_to_the_table(tmp_path, monkeypatch,
+                                                                      capsys):
+  """README "On a cluster (Slurm)", as written, in a fresh folder: the `lra sweep` line emits a
+  valid bash script with the time limit, the environment and the shared data; `sbatch --wait`
+  (not run here: no Slurm) blocks until the array has ended, and the `lra` commands after it run
+  and write the tables."""
   from lra.cli import main
   from lra.slurm import current_env_activate
   monkeypatch.chdir(tmp_path)
   section = _readme_section("On a cluster (Slurm)")
-  sweep_line, submit = _commands(section.split("```bash\n", 1)[1].split("```", 1)[0])
-  assert sweep_line[:2] == ["lra", "sweep"] and submit[0] == "sbatch"
+  sweep_line, submit, *after = _commands(section.split("```bash\n", 1)[1].split("```", 1)[0])
+  assert sweep_line[:2] == ["lra", "sweep"] and submit[:2] == ["sbatch", "--wait"]
+  assert [c[:2] for c in after] == [["lra", "status"], ["lra", "table"]]
   assert main(sweep_line[1:]) == 0
   err = capsys.readouterr().err.splitlines()
   data_dir = sweep_line[sweep_line.index("--data-dir") + 1]
   missing = [line for line in err if "would stop at once" in line]
   assert len(missing) == 6 and all(f"no prepared data at {data_dir}/listops" in line
                                    for line in missing)  # one line per run, none prepared
-  script = tmp_path / submit[1]
+  script = tmp_path / submit[-1]
   assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
   text = script.read_text()
   time = sweep_line[sweep_line.index("--time") + 1]
@@ -208,3 +211,7 @@ def test_the_readmes_cluster_example_emits_a_script_with_time_environment_and_da
   assert len(commands) == 6 and all(f"--data-dir {data_dir} " in c for c in commands)
   env = current_env_activate()
   assert (f"\nsource {env}\nset -euo pipefail" if env else "No environment to activate") in text
+  for command in after:
+    assert main(command[1:]) == 0, command
+  assert "| latte (committed) | ListOps | laptop |" in (
+      tmp_path / "results/local/tables/lra.md").read_text()

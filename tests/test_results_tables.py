@@ -381,6 +381,32 @@ def test_sweep_plans_skips_and_emits_slurm(grid, tmp_path, capsys):
                "--config.train.seed=1"]) == 2
 
 
+def test_sweep_names_every_mixer_with_one_word(tmp_path, monkeypatch, capsys):
+  """`--mixers builtin`: every mixer of the suite; `all`: those and the installed packages'
+  (an entry point, as `pip install` leaves one); with others, each mixer once, in order."""
+  from lra.models.mixers import MIXERS
+  dist = tmp_path / "tiny_mixers-0.1.dist-info"
+  dist.mkdir()
+  (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-mixers\nVersion: 0.1\n")
+  (dist / "entry_points.txt").write_text("[lra.mixers]\ntiny = tiny_mixers:Tiny\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  assert sweep.expand_mixers(["builtin"]) == list(MIXERS)
+  assert sweep.expand_mixers(["all"]) == [*MIXERS, "tiny"]
+  assert sweep.expand_mixers(["latte", "builtin", "softmax"]) == [
+      "latte", *(m for m in MIXERS if m != "latte")]
+  assert sweep.expand_mixers(["my_layers/x.py:X", "latte"]) == ["my_layers/x.py:X", "latte"]
+  jobs = sweep.plan(["synthetic"], ["builtin"], [0, 1], preset="paper", results_dir=tmp_path)
+  assert [(j.mixer, j.seed) for j in jobs] == [(m, s) for m in MIXERS for s in (0, 1)]
+  monkeypatch.chdir(tmp_path)
+  assert main(["sweep", "--tasks", "synthetic", "--mixers", "builtin"]) == 0
+  printed = capsys.readouterr().out.splitlines()
+  assert [line.split()[3] for line in printed] == list(MIXERS)
+  with pytest.raises(SystemExit):
+    main(["sweep", "--help"])
+  said = " ".join(capsys.readouterr().out.split())
+  assert "builtin (every mixer of the suite" in said and "all (those and every mixer" in said
+
+
 @pytest.mark.slow
 def test_sweep_runs_then_skips(tmp_path):
   """Two real smoke runs through `lra sweep --run`; the second sweep finds them complete."""
