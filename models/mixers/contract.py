@@ -331,9 +331,9 @@ PROPERTIES: dict[str, Callable[[MixerContract], tuple[bool | None, str]]] = {
 def check_shape_before_training(mixer_factory: Callable[..., nn.Module], spec: str, *,
                                 dim: int, num_heads: int, length: int) -> None:
   """Raises MixerShapeError, one line, when a mixer's output is not (y of x's shape, carry) at a
-  run's sizes (x [1,T,D], T = `length`, also its max_len): before training, where the first layer's residual sum would otherwise
-  fail with a broadcasting error. An exception of the mixer's own is left to the run, which logs
-  its traceback."""
+  run's sizes (x [1,T,D], T = `length`, also its max_len): before training, where the first
+  layer's residual sum would otherwise fail with a broadcasting error. An exception of the
+  mixer's own is left to the run, which logs its traceback."""
   module = mixer_factory(dim=dim, num_heads=num_heads, max_len=length)
   try:
     problem = shape_problem(module, (1, length, dim))
