@@ -22,6 +22,7 @@ import io
 import json
 import os
 import re
+import shlex
 import tarfile
 import tempfile
 from pathlib import Path
@@ -369,6 +370,49 @@ def command(args) -> int:
   print(f"{target}: {manifest['status']} at step {manifest['step']} of {manifest['num_steps']} "
         f"(checkpoint {manifest['checkpoint_step']}, best step {manifest['best_step']})")
   if manifest["status"] != "complete":
-    also = "" if args.run_dir else f" (or --results-dir {args.results_dir})"
-    print(f"resume with its `lra run` command and --run-dir {target}{also}")
+    config = json.loads((target / "config.json").read_text())
+    resume = resume_command(config, target)
+    if resume is None:
+      also = "" if args.run_dir else f" (or --results-dir {args.results_dir})"
+      print(f"resume with its `lra run` command and --run-dir {target}{also}")
+      return 0
+    print(f"resume with: {resume}")
+    if not config.get("data", {}).get("generate", False):
+      print("  (and --data-dir DIR, unless its prepared data is in $LRA_DATA_DIR or ~/.cache/lra)")
   return 0
+
+
+def resume_command(config: dict[str, Any], run_dir: Path) -> str | None:
+  """The `lra run` command that resumes the run of `config` (its config.json) in `run_dir`: task,
+  mixer (an own mixer by the spec it was named with), preset, seed, and the settings where it
+  departs from the preset (run_identity.departures; the logging settings too). None when the
+  task or preset no longer exists here.
+
+  An own mixer whose file is not at its spec here (yet) cannot give the preset's block of its
+  settings: every setting of its block is then named, which resumes the same run.
+  """
+  # pylint: disable=import-outside-toplevel
+  from lra import run_identity
+  from lra.config_loading import load_config, preset_reference
+  source = config.get("mixer_source") or {}
+  mixer = config["model"]["mixer"]
+  reference = preset_reference(config)
+  block = []
+  if reference is None and source:
+    try:
+      reference = load_config(config["task"], config["preset"], "custom").to_dict()
+    except (KeyError, ValueError, TypeError, OSError, ImportError):
+      return None
+    reference["model"]["mixer"] = mixer  # the mixer is named by its spec, not by a setting
+    block = [f"mixers.{mixer}.{key}={value}" for key, value in config["mixers"][mixer].items()]
+  if reference is None:
+    return None
+  ours, theirs = run_identity.flatten(config), run_identity.flatten(reference)
+  logs = [f"{key}={ours[key]}" for key in ours.keys() & theirs.keys()
+          if key.startswith(run_identity.NOT_IDENTITY) and ours[key] != theirs[key]]
+  settings = sorted({*run_identity.departures(config, reference), *block, *logs})
+  seed = ours.get(run_identity.SEED_KEY, 0)
+  argv = ["lra", "run", config["task"], source.get("spec") or mixer, "--preset", config["preset"],
+          *(["--seed", str(seed)] if seed else []), "--run-dir", str(run_dir),
+          *(f"--config.{item}" for item in settings)]
+  return shlex.join(argv)

@@ -3,6 +3,7 @@ parts, unpacked into a fresh results folder (another clone) and resumed ends as 
 run, bit for bit; a finished run's archive lets `lra eval` reproduce its score."""
 import io
 import json
+import shlex
 import subprocess
 import tarfile
 from pathlib import Path
@@ -76,13 +77,17 @@ def test_stopped_packed_unpacked_resumed_equals_uninterrupted(reference, tmp_pat
   assert manifest["run"] == place.as_posix() and manifest["checkpoint_step"] == stopped["step"]
   assert manifest["best_step"] == stopped["best_step"]
 
-  # Another clone: nothing but the archive and the data.
+  # Another clone: nothing but the archive and the data, found where lra looks by default. The
+  # command unpack prints resumes the run as printed.
   second = (tmp_path / "b" / "results", data)
   assert main(["unpack", str(parts[1]), "--results-dir", str(second[0])]) == 0
   resumed_dir = second[0] / place
   assert (resumed_dir / "checkpoints" / str(stopped["step"])).is_dir()
-  capsys.readouterr()
-  assert main([a for a in _args(second) if a != "--quiet"]) == 0
+  said = capsys.readouterr().out.strip().splitlines()
+  assert said[-1] == ("resume with: lra run listops latte --preset smoke --run-dir "
+                      f"{resumed_dir} " + " ".join(f"--config.{o}" for o in sorted(OVERRIDES)))
+  monkeypatch.setenv("LRA_DATA_DIR", str(data))
+  assert main(shlex.split(said[-1].removeprefix("resume with: "))[1:]) == 0
   assert f"resuming {resumed_dir} from step {stopped['step']}" in capsys.readouterr().err
   resumed = json.loads((resumed_dir / "final.json").read_text())
   for key in SCORES:
@@ -105,6 +110,50 @@ def test_stopped_packed_unpacked_resumed_equals_uninterrupted(reference, tmp_pat
   said = capsys.readouterr().out
   assert f"best checkpoint (step {expected['best_step']})" in said
   assert f"accuracy {100 * expected['test_accuracy']:.2f}%" in said
+
+
+LAYER = """import flax.linen as nn
+
+
+class Scale(nn.Module):
+  dim: int
+  num_heads: int
+  max_len: int
+  factor: float = 1.0
+  use_bias: bool = False
+
+  @nn.compact
+  def __call__(self, x, mask, *, deterministic, carry=None):
+    return x * self.factor, carry
+"""
+
+
+def test_the_resume_command_rebuilds_the_run_from_its_config(tmp_path, monkeypatch):
+  """Task, own mixer by its spec, preset, seed and departures: the command resolves to the very
+  config it was rebuilt from; with the mixer's file not (yet) in place, every setting of its
+  block is named, which resolves to the same."""
+  from lra.cli import run_config
+  from lra.config_loading import resolve_config
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "my_layers").mkdir()
+  (tmp_path / "my_layers" / "scale.py").write_text(LAYER)
+  spec = "my_layers/scale.py:Scale"
+  config = resolve_config("synthetic", spec, "smoke", [
+      "mixers.Scale.factor=0.5", "train.num_steps=9", "train.seed=3", "model.dim=48"]).to_dict()
+  run_dir = tmp_path / "runs" / "x y"
+  expected = (f"lra run synthetic {spec} --preset smoke --seed 3 --run-dir '{run_dir}' "
+              "--config.mixers.Scale.factor=0.5 --config.model.dim=48 --config.train.num_steps=9")
+  command = pack.resume_command(config, run_dir)
+  assert command == expected
+  assert run_config(shlex.split(command)[1:]).to_dict() == config
+  (tmp_path / "my_layers" / "scale.py").rename(tmp_path / "elsewhere.py")
+  assert pack.resume_command(config, run_dir) == expected.replace(
+      "--config.mixers.Scale.factor=0.5", "--config.mixers.Scale.factor=0.5 "
+      "--config.mixers.Scale.use_bias=False")
+  builtin = resolve_config("listops", "latte", "laptop", ["log.tensorboard=True"]).to_dict()
+  assert pack.resume_command(builtin, Path("r")) == ("lra run listops latte --preset laptop "
+                                                     "--run-dir r --config.log.tensorboard=True")
+  assert pack.resume_command({**builtin, "preset": "gone"}, Path("r")) is None
 
 
 def test_a_damaged_or_missing_part_and_a_folder_with_state_are_refused(reference, tmp_path,
