@@ -47,7 +47,8 @@ def _add_run_args(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
     run_dir_help = "default results/local/runs/listops/latte/demo_seed0"
   else:
     preset_help = (f"{', '.join(PRESETS + CPU_PRESETS + PUBLISHED_PRESETS)} (default paper: the Latte paper's "
-                   "settings, accelerator-sized; laptop: ListOps on a CPU; `lra list`)")
+                   "settings, accelerator-sized; laptop: ListOps or Pathfinder on a CPU; "
+                   "`lra list`)")
     run_dir_help = ("default RESULTS_DIR/runs/TASK/MIXER/PRESET[+CHANGES]_seedN "
                     "(`--dry-run` prints it)")
   p.add_argument("--preset", default="paper", help=preset_help,
@@ -254,31 +255,56 @@ def build_parser() -> argparse.ArgumentParser:
   data_sub = data.add_subparsers(dest="data_command", required=True)
   gen = data_sub.add_parser("generate", help="write LRA-format files (no download)")
   gen_sub = gen.add_subparsers(dest="generator", required=True)
-  listops = gen_sub.add_parser("listops", help="basic_{train,val,test}.tsv like the release")
-  listops.add_argument("--out", type=Path, required=True)
-  listops.add_argument("--num-train", type=int, default=96_000)
-  listops.add_argument("--num-val", type=int, default=2_000)
-  listops.add_argument("--num-test", type=int, default=2_000)
-  listops.add_argument("--min-length", type=int, default=500)
-  listops.add_argument("--max-length", type=int, default=2000)
-  listops.add_argument("--max-depth", type=int, default=10)
-  listops.add_argument("--max-args", type=int, default=10)
+  listops = gen_sub.add_parser(
+      "listops", help="basic_{train,val,test}.tsv like the release",
+      description="ListOps as LRA's generator makes it (its code's data/listops.py, seeded here): "
+      "each default is LRA's; docs/data.md describes the trees.")
+  listops.add_argument("--out", type=Path, required=True,
+                       help="the folder for basic_{train,val,test}.tsv (then `lra data prepare "
+                       "listops --source OUT`)")
+  listops.add_argument("--num-train", type=int, default=96_000,
+                       help="training expressions (default %(default)s, LRA's)")
+  listops.add_argument("--num-val", type=int, default=2_000,
+                       help="validation expressions (default %(default)s, LRA's)")
+  listops.add_argument("--num-test", type=int, default=2_000,
+                       help="test expressions (default %(default)s, LRA's)")
+  listops.add_argument("--min-length", type=int, default=500,
+                       help="keep expressions longer than this many tokens (operators, closers "
+                       "and digits; default %(default)s, LRA's)")
+  listops.add_argument("--max-length", type=int, default=2000,
+                       help="keep expressions shorter than this many tokens (default "
+                       "%(default)s, LRA's; prepare pads to the longest, rounded up to 16)")
+  listops.add_argument("--max-depth", type=int, default=10,
+                       help="the deepest nesting: a node above it is a digit with probability "
+                       "0.75, else an operator; at it, always a digit (default %(default)s, "
+                       "LRA's)")
+  listops.add_argument("--max-args", type=int, default=10,
+                       help="an operator (MIN, MAX, MED, SM) takes 2 to this many arguments, "
+                       "uniformly (default %(default)s, LRA's)")
   # Its own dest: the top level's --seed (a run's, default None) would otherwise replace this
   # default (_let_global_flags_through), leaving the generator unseeded.
   listops.add_argument("--seed", dest="generator_seed", type=int, default=0,
                        help="the generator's seed (default 0: the suite's files)")
-  listops.add_argument("--workers", type=int, default=1, help="processes: the same files, "
-                       "faster, for the default recipe (its stream states are recorded)")
+  listops.add_argument("--workers", type=int, default=1, help="processes (default 1): the same "
+                       "files, faster, for the default recipe (its stream states are recorded)")
   pathfinder = gen_sub.add_parser(
       "pathfinder", help="pathfinder<res>/curv_*/imgs + metadata like the release (Path-X = 128)")
-  pathfinder.add_argument("--out", type=Path, required=True)
-  pathfinder.add_argument("--resolution", type=int, default=32, choices=(32, 64, 128, 256))
+  pathfinder.add_argument("--out", type=Path, required=True,
+                          help="the root: images go to OUT/pathfinder<RESOLUTION>/<curv folder>/ "
+                          "(then `lra data prepare pathfinder --source OUT`)")
+  pathfinder.add_argument("--resolution", type=int, default=32, choices=(32, 64, 128, 256),
+                          help="image side in pixels: 32 (default, the pathfinder task), 128 "
+                          "(Path-X), or 64 and 256")
   pathfinder.add_argument("--difficulty", default="hard", choices=("easy", "intermediate", "hard"),
                           help="contour length 6 (curv_baseline), 9 or 14 (default, LRA)")
-  pathfinder.add_argument("--num-images", type=int, default=200_000)
+  pathfinder.add_argument("--num-images", type=int, default=200_000,
+                          help="images in all, half of them connected; prepare splits them "
+                          "80/10/10 (default %(default)s, the release's per resolution and "
+                          "difficulty)")
   pathfinder.add_argument("--seed", dest="generator_seed", type=int, default=0,
                           help="the generator's seed (default 0: the suite's files)")
-  pathfinder.add_argument("--workers", type=int, default=1, help="processes (same output for any)")
+  pathfinder.add_argument("--workers", type=int, default=1,
+                          help="processes (default 1; the same output for any)")
   pathfinder.add_argument("--stats", action="store_true",
                           help="also write stats.json (distractors placed, ink, halo, components, "
                                "markers, marker-distance leak; docs/pathfinder.md compares them)")

@@ -231,3 +231,21 @@ def test_every_subcommand_page_opens_with_what_it_does():
           yield from pages(sub, (*path, name))
   missing = [" ".join(path) for path, sub in pages(build_parser()) if not sub.description]
   assert not missing, f"subcommands whose --help has no description: {missing}"
+
+
+@pytest.mark.parametrize("generator", ["listops", "pathfinder"])
+def test_every_generator_option_says_what_it_sets_and_its_default(generator):
+  """`lra data generate listops --help` once described none of --min-length, --max-depth,
+  --max-args, ...: every option now has a help text, which names its default where it has one."""
+  # pylint: disable=protected-access
+  parser = build_parser()
+  for name in ("data", "generate", generator):
+    parser = next(a for a in parser._actions
+                  if isinstance(a, argparse._SubParsersAction)).choices[name]
+  options = [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+  assert len(options) >= 7
+  silent = [a.option_strings[0] for a in options if not (a.help or "").strip()]
+  assert not silent, f"lra data generate {generator}: options without help: {silent}"
+  for action in options:
+    if action.default is not None and action.default is not False:
+      assert "default" in action.help, (action.option_strings[0], action.help)

@@ -35,6 +35,40 @@ def test_each_listed_command_is_what_its_committed_run_ran(run):
   assert not differ, f"{run.name}: saved vs the listed command's config: {differ}"
 
 
+def test_the_summary_table_is_what_the_run_folders_say():
+  """results/pathfinder_study/README.md is generated (`summary`): a run resumed or stopped since
+  must be summarised again. Its steps are where final.json says a run stopped (23,876), not its
+  curve's last log point (23,850)."""
+  committed = [line for line in (study.OUT / "README.md").read_text().splitlines()
+               if line.startswith("|")]
+  assert committed == study.table(), "run `python tools/pathfinder_study.py summary`"
+
+
+def test_the_protocol_pages_study_numbers_are_the_run_folders():
+  """docs/protocol.md types the study's numbers in its tables: each row's stop step is final.json's
+  and its accuracies and losses are the summary's, so they cannot drift from the runs."""
+  import re
+  # pylint: disable=protected-access
+  rows = {row["run"]: row for row in map(study._row, study.STUDY) if row}
+  checked = 0
+  for line in (ROOT / "docs" / "protocol.md").read_text().splitlines():
+    named = re.match(r"\| `([\w.\-]+)` \|", line)
+    if not named or named.group(1) not in rows:
+      continue
+    name, row = named.group(1), rows[named.group(1)]
+    final = json.loads((study.OUT / name / "final.json").read_text())
+    for step in re.findall(r"(?:stopped at|by step) ([\d,]+)", line):
+      assert int(step.replace(",", "")) == final["step"], (name, step, final["step"])
+    cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+    if len(cells) == 8:  # shorter sequences: first val >= 55%, best val, test at best val
+      assert cells[4].split(" (")[0].startswith(row["first val >= 55%"]), (name, cells[4])
+      assert cells[5].split()[0] == row["best val"] and cells[6] == row["test at best val"], name
+    elif len(cells) == 4:  # the fitting screens: last train loss and accuracy
+      assert cells[2:] == [row["last train loss"], row["last train accuracy"] + "%"], name
+    checked += 1
+  assert checked >= 16
+
+
 def test_a_killed_runs_status_reads_stopped(tmp_path):
   # The lock a killed run leaves: a pid above Linux's maximum (2^22), on this host.
   (tmp_path / "lock").write_text(json.dumps({"pid": 2 ** 22 + 7, "host": platform.node(),
