@@ -139,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
   plot.add_argument("runs", nargs="+", metavar="RUN", help="a run folder, a folder of runs "
                     "(any depth: results/local/runs), or a glob of either")
   plot.add_argument("-o", "--output", type=Path, metavar="FILE.png", help="default "
-                    "results/local/plots/<what the runs share>.png (printed)")
+                    "results/local/plots/TASK_MIXER_RUN.png, each part the runs' values joined "
+                    "by + (printed, and said when it replaced a file)")
 
   table = sub.add_parser(
       "table", help="accuracy tables from the runs of a results folder",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import json
 import math
 import re
@@ -78,18 +79,30 @@ def run_identity(run_dir: Path) -> dict:
           "majority": final.get("majority_accuracy")}
 
 
+PARTS = ("task", "mixer", "run")  # what names a run, most general first
+
+
+def _values(ids: Sequence[dict], part: str) -> list[str]:
+  """The distinct values of one part of the runs' names, in the order given."""
+  return list(dict.fromkeys(i[part] for i in ids))
+
+
 def run_labels(run_dirs: Sequence[Path]) -> tuple[str, list[str]]:
   """(title, one label per run): what all runs share goes to the title, what tells them apart
   to their labels (task/mixer/run, the run name holding preset, departures and seed). Runs equal
-  in all three (the same run in two results folders) are told apart by their folder."""
+  in all three (the same run in two results folders) are told apart by their folder. Runs of
+  several tasks are titled with the tasks ("listops + pathfinder: 2 runs")."""
   ids = [run_identity(d) for d in run_dirs]
-  parts = ("task", "mixer", "run")
+  parts = PARTS
   if len(ids) == 1:
     shared = list(parts)
     title = " / ".join(ids[0][p] for p in parts)
   else:
     shared = [p for p in parts if len({i[p] for i in ids}) == 1]
     title = " / ".join(ids[0][p] for p in shared) if shared else ""
+    if "task" not in shared:
+      title = " / ".join([" + ".join(_values(ids, "task")) + f": {len(ids)} runs",
+                          *(ids[0][p] for p in shared)])
   labels = ["/".join(i[p] for p in parts if p not in shared) or i["run"] for i in ids]
   if len(set(labels)) < len(labels):
     labels = [f"{label} ({d.parent.parent.parent})" for label, d in zip(labels, run_dirs)]
@@ -151,31 +164,48 @@ def curves_figure(run_dirs: Sequence[Path]) -> Figure:
   loss.set(xlabel="step", ylabel="loss", title="loss: train (solid), val (dashed)")
   for ax in (accuracy, loss):
     ax.grid(alpha=0.3)
-  fig.suptitle(title or f"{len(drawn)} runs")
+  fig.suptitle(title)
   fig.legend(handles=handles, labels=[h.get_label() for h in handles], loc="outside lower center",
              ncols=columns, fontsize="small", frameon=False)
   return fig
 
 
+MAX_NAME = 100  # characters of a default file name before it is cut and given a digest
+
+
 def default_output(run_dirs: Sequence[Path], results_dir: Path) -> Path:
-  """results_dir/plots/<what the runs share>.png (e.g. listops_latte.png), else curves.png."""
-  title, _ = run_labels(run_dirs)
-  name = re.sub(r"[^A-Za-z0-9._=+,-]+", "_", title.replace(" / ", "_")).strip("_")
-  return Path(results_dir) / "plots" / f"{name or 'curves'}.png"
+  """results_dir/plots/TASK_MIXER_RUN.png, each part the runs' values joined by "+" (e.g.
+  listops_latte+softmax_demo_seed0.png), so other runs get another file. A name longer than
+  MAX_NAME is cut and ends in a digest of the run folders."""
+  ids = [run_identity(d) for d in run_dirs]
+  name = "_".join("+".join(_values(ids, part)) for part in PARTS)
+  name = re.sub(r"[^A-Za-z0-9._=+,-]+", "_", name).strip("_") or "curves"
+  if len(name) > MAX_NAME:
+    digest = hashlib.sha256("\n".join(sorted(str(d.resolve()) for d in run_dirs)).encode())
+    name = f"{name[:MAX_NAME - 10].rstrip('_+,.')}_{digest.hexdigest()[:8]}"
+  return Path(results_dir) / "plots" / f"{name}.png"
 
 
 def main(args: argparse.Namespace) -> int:
-  """`lra plot RUN... [-o FILE.png]`: writes the PNG and prints its path."""
+  """`lra plot RUN... [-o FILE.png]`: writes the PNG and prints its path (and that it replaced a
+  file, if one was there); warns, in one line, when the runs are of more than one task."""
   run_dirs = find_runs(args.runs)
+  tasks = _values([run_identity(d) for d in run_dirs], "task")
+  if len(tasks) > 1:
+    print(f"lra plot: warning: runs of {len(tasks)} tasks ({', '.join(tasks)}) in one figure: "
+          "their steps and accuracies do not compare; one task per plot reads better",
+          file=sys.stderr)
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always", results.RunFileWarning)
     fig = curves_figure(run_dirs)
   for warning in caught:
     print(f"lra plot: warning: {warning.message}", file=sys.stderr)
   out = Path(args.output) if args.output else default_output(run_dirs, args.results_dir)
+  replaced = out.exists()
   out.parent.mkdir(parents=True, exist_ok=True)
   fig.savefig(out, dpi=DPI)
-  print(f"wrote {out} ({len(run_dirs)} run{'s' if len(run_dirs) > 1 else ''})")
+  print(f"wrote {out} ({len(run_dirs)} run{'s' if len(run_dirs) > 1 else ''})"
+        + ("; it replaced the file of that name" if replaced else ""))
   return 0
 
 

@@ -47,12 +47,47 @@ def test_globs_and_folders_of_runs_and_the_default_path(tmp_path, monkeypatch, c
   monkeypatch.chdir(tmp_path)
   assert cli.main(["plot", str(RUNS / "listops" / "latte" / "demo_seed*")]) == 0
   assert capsys.readouterr().out.strip() == (
-      "wrote results/local/plots/listops_latte.png (2 runs)")
-  assert _png_size(tmp_path / "results/local/plots/listops_latte.png")[0] == 12 * plot.DPI
+      "wrote results/local/plots/listops_latte_demo_seed0+demo_seed1.png (2 runs)")
+  assert _png_size(tmp_path / "results/local/plots/listops_latte_demo_seed0+demo_seed1.png")[0] == (
+      12 * plot.DPI)
   found = plot.find_runs([RUNS / "listops" / "latte"])
   assert found == sorted(p.parent for p in (RUNS / "listops" / "latte").glob("*/final.json"))
   assert cli.main(["plot", str(tmp_path / "nothing")]) == 2
   assert "no such run folder" in capsys.readouterr().err
+
+
+def test_runs_of_two_tasks_are_titled_with_them_warned_about_and_named_apart(
+    tmp_path, monkeypatch, capsys):
+  # `lra plot` of a ListOps and a Pathfinder run once titled its figure "2 runs", said nothing,
+  # and wrote results/local/plots/curves.png, which the next such plot replaced in silence.
+  monkeypatch.chdir(tmp_path)
+  two_tasks = [RUNS / "listops" / "latte" / "demo_seed0", RUNS / "pathfinder" / "latte" /
+               "laptop_seed0"]
+  assert cli.main(["plot", *map(str, two_tasks)]) == 0
+  out = "results/local/plots/listops+pathfinder_latte_demo_seed0+laptop_seed0.png"
+  captured = capsys.readouterr()
+  assert captured.out.strip() == f"wrote {out} (2 runs)"
+  assert captured.err == ("lra plot: warning: runs of 2 tasks (listops, pathfinder) in one "
+                          "figure: their steps and accuracies do not compare; one task per plot "
+                          "reads better\n")
+  title, labels = plot.run_labels(two_tasks)
+  assert title == "listops + pathfinder: 2 runs / latte"
+  assert labels == ["listops/demo_seed0", "pathfinder/laptop_seed0"]
+  assert plot.curves_figure(two_tasks).texts[0].get_text() == title
+  # Other runs go to another file; the same runs again replace theirs, and say so.
+  assert plot.default_output(DEMO, Path("results/local")) != plot.default_output(
+      two_tasks, Path("results/local"))
+  assert cli.main(["plot", *map(str, two_tasks)]) == 0
+  assert capsys.readouterr().out.strip() == (
+      f"wrote {out} (2 runs); it replaced the file of that name")
+
+
+def test_a_long_default_name_is_cut_and_ends_in_a_digest_of_the_runs():
+  runs = sorted(p.parent for p in (RUNS / "listops").glob("*/*/final.json"))
+  first, second = (plot.default_output(group, Path("r")) for group in (runs, runs[1:]))
+  assert len(first.stem) <= plot.MAX_NAME and len(second.stem) <= plot.MAX_NAME
+  assert first.stem.startswith("listops_") and first != second
+  assert re.fullmatch(r".*_[0-9a-f]{8}", first.stem)
 
 
 def test_labels_tell_apart_runs_that_share_a_name(tmp_path):
