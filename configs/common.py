@@ -26,9 +26,13 @@ PRESETS = ("paper", "latte_code", "lra", "smoke", "demo")
 PUBLISHED_PRESETS = ("published",)
 # The LRA task's own data at full length, with a model a laptop CPU trains in 40 min to 4 h;
 # laptop_published: the same data and budget with S5's or Mega-Chunk's own architecture.
-CPU_PRESETS = ("laptop", "laptop_published")
+LAPTOP_PRESETS = ("laptop", "laptop_published")
+# Pathfinder only: NOT LRA's task but its easy set on 4x4 pixel squares (64 tokens), where mixers
+# learn on a CPU; squares_published: S5's or Mega-Chunk's own architecture there.
+SQUARES_PRESETS = ("squares", "squares_published")
+CPU_PRESETS = LAPTOP_PRESETS + SQUARES_PRESETS
 # Presets that rebuild a published row, so they take only its mixers (s5, mega).
-OWN_ARCHITECTURE_PRESETS = ("published", "laptop_published")
+OWN_ARCHITECTURE_PRESETS = ("published", "laptop_published", "squares_published")
 LATTE_FAMILY = ("latte", "latte_macchiato", "latte_rglru", "latte_rglru_swa")
 # The published "Latte-RGLRU++" and "Latte-RGLRU-SWA++" rows (ICLR version, Table 3) use the ++ block.
 PLUSPLUS_MIXERS = ("latte_rglru", "latte_rglru_swa")
@@ -86,9 +90,12 @@ def mixer_configs() -> ml_collections.ConfigDict:
                    "chunks_after": 1, "normalize_keys": True, "attend_across_buckets": False,
                    "seed": 0},
       # S5's defaults (run_train.py): P=256 in J=8 HiPPO-N blocks, dt in [1e-3, 1e-1]; ssm_params
-      # train at train.ssm_learning_rate without weight decay (S5's "standard" group).
+      # train at train.ssm_learning_rate without weight decay (S5's "standard" group); activation:
+      # S5's layer after the scans (s5/layers.py; --activation_fn, default half_glu1): GELU and a
+      # sigmoid gate. "none" is the bare linear SSM (runs before 2026-11-28; docs/mixers.md).
       "s5": {"state_size": 256, "blocks": 8, "c_init": "trunc_standard_normal", "dt_min": 0.001,
-             "dt_max": 0.1, "clip_eigs": False, "ssm_params": "Lambda_re,Lambda_im,log_step,B"},
+             "dt_max": 0.1, "clip_eigs": False, "ssm_params": "Lambda_re,Lambda_im,log_step,B",
+             "activation": "half_glu1"},
       # Mega-Chunk: chunks of 128, z 64, values 2 D (hidden_dim 0), EMA dimension 16.
       "mega": {"chunk_size": 128, "z_dim": 64, "hidden_dim": 0, "ema_dim": 16},
       # de Brebisson & Vincent: form basic (C = H^T H) | gated; a LayerNorm and a D x D map read

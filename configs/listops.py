@@ -18,7 +18,7 @@ PAPER = common.PaperRow(dim=128, latents=40, learning_rate=1e-3, batch_size=64,
 
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, (*common.PRESETS, *common.CPU_PRESETS,
+  preset, mixer = common.parse_arg(arg, (*common.PRESETS, *common.LAPTOP_PRESETS,
                                               *common.PUBLISHED_PRESETS))
   c = common.base_config("listops", preset, mixer, tokens=True)
   if preset in ("paper", "latte_code"):

@@ -133,6 +133,7 @@ def _s5(c: ml_collections.ConfigDict, row: S5Row, num_train: int) -> None:
   s5 = c.mixers.s5
   s5.state_size, s5.blocks, s5.c_init = row.state_size, row.blocks, row.c_init
   s5.ssm_params, s5.clip_eigs, s5.dt_min = row.ssm_params, row.clip_eigs, row.dt_min
+  s5.activation = "none"  # the published block applies S5's output layer itself (model.s5_gate)
   steps_per_epoch = num_train // row.batch_size
   t = c.train
   t.batch_size, t.num_steps = row.batch_size, row.epochs * steps_per_epoch

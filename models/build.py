@@ -50,6 +50,11 @@ def build_model(config: ml_collections.ConfigDict, spec: Any) -> Classifier:
   m = config.model
   if m.dtype not in DTYPES:
     raise ValueError(f"model.dtype must be one of {DTYPES}, got {m.dtype!r}")
+  if m.block == "s5" and config.mixers[m.mixer].get("activation", "none") != "none":
+    # S5's published block gates the SSM's output itself; a mixer that gates too would be gated
+    # twice (the common block's S5 carries S5's output layer, the published block does not).
+    raise ValueError(f"model.block=s5 applies S5's output layer (model.s5_gate) itself, so the "
+                     f"mixer's own must be off: add --config.mixers.{m.mixer}.activation=none.")
   encoder = Encoder(vocab_size=spec.vocab_size, max_len=spec.seq_len, dim=m.dim,
                     num_layers=m.num_layers, num_heads=m.num_heads, mlp_dim=m.mlp_dim,
                     dropout_rate=m.dropout, mixer_factory=mixer_factory(config),

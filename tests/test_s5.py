@@ -142,3 +142,42 @@ def test_ssm_parameters_get_their_own_rate_and_no_weight_decay():
   np.testing.assert_allclose(updates["block_0"]["mixer"]["B"], -0.01, rtol=1e-4)
   np.testing.assert_allclose(updates["block_0"]["mixer"]["C1"], -0.1 * (1 + 0.5), rtol=1e-4)
   np.testing.assert_allclose(updates["head_out"]["B"], -0.1 * (1 + 0.5), rtol=1e-4)
+
+
+@pytest.mark.parametrize("activation", s5.ACTIVATIONS)
+def test_output_layer_is_s5s_own_after_the_scans(activation):
+  """S5's SequenceLayer (s5/layers.py) after `self.seq(x)`: GELU, then "half_glu1" gates the GELU
+  output by sigmoid(W GELU(y)), "half_glu2" gates y itself; "none" is the bare SSM (float32,
+  exact up to rounding: tolerance 1e-6)."""
+  mixer = s5.S5Mixer(dim=6, num_heads=1, max_len=10, state_size=8, blocks=2,
+                     activation=activation)
+  bare = s5.S5Mixer(dim=6, num_heads=1, max_len=10, state_size=8, blocks=2)
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 10, 6))
+  mask = jnp.ones((2, 10), bool)
+  params = mixer.init(jax.random.PRNGKey(1), x, mask, deterministic=True)["params"]
+  ssm_only = {k: v for k, v in params.items() if k != "gate"}
+  with jax.default_matmul_precision("highest"):
+    y = np.asarray(mixer.apply({"params": params}, x, mask, deterministic=True)[0])
+    ssm = np.asarray(bare.apply({"params": ssm_only}, x, mask, deterministic=True)[0])
+  assert ("gate" in params) == activation.startswith("half_glu")
+  gelu = np.asarray(jax.nn.gelu(ssm))
+  if activation.startswith("half_glu"):
+    w, b = np.asarray(params["gate"]["kernel"]), np.asarray(params["gate"]["bias"])
+    gate = 1.0 / (1.0 + np.exp(-(gelu @ w + b)))
+  want = {"none": ssm, "gelu": gelu, "half_glu1": gelu * gate if activation == "half_glu1" else
+          None, "half_glu2": ssm * gate if activation == "half_glu2" else None}[activation]
+  np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
+def test_common_block_s5_is_s5s_layer_and_the_published_block_gates_once():
+  from lra.config_loading import resolve_config
+  from lra.models.build import build_model
+  from lra.tasks import TaskSpec
+  common = resolve_config("listops", "s5", "smoke")
+  assert common.mixers.s5.activation == "half_glu1"  # S5's run_train.py default
+  published = resolve_config("listops", "s5", "published")
+  assert published.model.block == "s5" and published.mixers.s5.activation == "none"
+  twice = resolve_config("listops", "s5", "smoke", ["model.block=s5"])
+  spec = TaskSpec(vocab_size=20, seq_len=16, num_classes=10, dual=False)
+  with pytest.raises(ValueError, match="mixers.s5.activation=none"):
+    build_model(twice, spec)

@@ -4,8 +4,15 @@ x_t = Lambda_bar x_{t-1} + B_bar u_t forwards and x'_t = Lambda_bar x'_{t+1} + B
 (Lambda and B shared, as S5's bidirectional LRA runs), y_t = 2 Re(C1 x_t + C2 x'_t) + D u_t.
 Zero-order hold: Lambda_bar = exp(Lambda dt), B_bar = (Lambda_bar - 1) / Lambda B, with
 dt = exp(log_step) learned per mode. Initialisation (HiPPO-N blocks, conjugate pairs): s5_init.py.
+
+`activation` is what S5's own layer (lindermanlab/S5 `s5/layers.py`, SequenceLayer) applies to the
+SSM's output before its residual: in S5's code a nonlinearity always follows the scans (GELU, and a
+sigmoid gate in its default "half_glu1"), so the common block's S5 is the SSM with that output
+layer ("none", the bare linear SSM, is what runs made before 2026-11-28 used; docs/mixers.md).
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import flax.linen as nn
 import jax
@@ -67,6 +74,20 @@ def _as_pair(z: jax.Array) -> jax.Array:
 
 
 C_INITS = ("trunc_standard_normal", "lecun_normal", "complex_normal")
+# S5's `--activation_fn` choices (run_train.py), "full_glu" aside, and "none" (the bare SSM).
+ACTIVATIONS = ("none", "gelu", "half_glu1", "half_glu2")
+
+
+def output_layer(y: jax.Array, activation: str, gate: Callable[[jax.Array], jax.Array]
+                 ) -> jax.Array:
+  """S5's layer after the scans (s5/layers.py): z = GELU(y); "half_glu1": z * sigmoid(W z),
+  "half_glu2": y * sigmoid(W z); "gelu": z; "none": y. `gate` is the D x D map W."""
+  if activation == "none":
+    return y
+  z = nn.gelu(y)
+  if activation == "gelu":
+    return z
+  return (z if activation == "half_glu1" else y) * nn.sigmoid(gate(z))
 
 
 class S5Mixer(nn.Module):
@@ -81,6 +102,10 @@ class S5Mixer(nn.Module):
     clip_eigs: keep Re(Lambda) <= -1e-4 (S5's option, set for its Image run).
     ssm_params: this mixer's parameters trained at `train.ssm_learning_rate` without weight decay
       (lra/optim.py reads this field); S5's "standard" group by default.
+    activation: S5's output layer after the scans (output_layer); "none" under the published
+      block (model.block=s5), which applies it itself. The default here is "none" so that run
+      folders made before the setting existed rebuild the model they trained; configs set
+      "half_glu1", S5's default.
   """
   dim: int
   num_heads: int
@@ -92,6 +117,7 @@ class S5Mixer(nn.Module):
   dt_max: float = 0.1
   clip_eigs: bool = False
   ssm_params: str = "Lambda_re,Lambda_im,log_step,B"
+  activation: str = "none"
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
@@ -99,6 +125,9 @@ class S5Mixer(nn.Module):
     if self.c_init not in C_INITS:
       raise ValueError(f"s5: c_init must be one of {C_INITS}, got {self.c_init!r} "
                        "(--config.mixers.s5.c_init=lecun_normal).")
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(f"s5: activation must be one of {ACTIVATIONS}, got {self.activation!r} "
+                       "(--config.mixers.s5.activation=half_glu1).")
     lam0, v, v_inv = s5_init.block_diagonal_init(self.state_size, self.blocks)
     full, d = self.state_size, self.dim
     lam_re = self.param("Lambda_re", lambda _: jnp.asarray(lam0.real, jnp.float32))
@@ -117,7 +146,8 @@ class S5Mixer(nn.Module):
                                        jnp.exp(log_step.astype(jnp.float32)))
     y = s5_ssm(x, mask, lambda_bar, b_bar, _complex(c_fwd), _complex(c_bwd))
     y = y + feedthrough.astype(jnp.float32)[None, None] * x.astype(jnp.float32)
-    return y.astype(x.dtype), carry
+    y = output_layer(y.astype(x.dtype), self.activation, nn.Dense(d, name="gate"))
+    return y, carry
 
   def _c_init(self, v: np.ndarray):
     full, d = self.state_size, self.dim
