@@ -23,6 +23,10 @@ Orbax does not catch by itself (TensorStore may read changed bytes as numbers):
   `checkpoints/damaged/<step>-<UTC time>/` (never deleted) and restores the newest intact one; if
   none is intact the run stops, and the same command then starts again from step 0. The best
   checkpoint is restored only by `lra eval --checkpoint best`, which names a damaged one and stops.
+  When Orbax's own read fails, TensorStore's reads still in flight finish on its threads into the
+  event loop Orbax has closed; Python's reports of those ("Event loop is closed"), and only those,
+  are dropped (`drop_closed_loop_reports`, from the read on): the damage is said once, in one
+  line.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import hashlib
 import json
 import shlex
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -126,15 +131,19 @@ class Checkpointer:
     folder = Path(str(manager.directory)) / str(step)
     problem = _agreed(damage(folder))
     if problem is None:
+      # In place while Orbax reads: a failing read's stragglers report during the call and after.
+      undo = drop_closed_loop_reports()
       try:
         restored = manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract_state), bookkeeping=ocp.args.JsonRestore()))
-        problem = _agreed(None)
       except Exception as error:  # pylint: disable=broad-except
         # Sealed and intact, yet unreadable: not damage (another model, a newer Orbax); as is.
         if (folder / MANIFEST).exists() or distributed.lost_peer(error):
           raise
         problem = _agreed(f"Orbax cannot read it: {_first_line(error)}")
+      else:
+        undo()  # every read finished: nothing can report later
+        problem = _agreed(None)
     if problem is not None:
       raise CheckpointDamagedError(
           f"the checkpoint of step {step} in {folder} is damaged ({problem})")
@@ -235,6 +244,42 @@ class Checkpointer:
           f"could not write a checkpoint in {folder} ({type(error).__name__}: {cause}); "
           f"{survivor}. Free disk space or fix the folder's permissions, then run the same "
           "command again.") from None
+
+
+def drop_closed_loop_reports() -> Callable[[], None]:
+  """From now on, drops Python's reports of `RuntimeError: Event loop is closed` raised by
+  asyncio's own check, and passes every other report on (to the hook that was in place); returns
+  a function that puts that hook back.
+
+  When an Orbax read fails, TensorStore completes the reads still in flight on its own threads
+  and posts each result to the event loop Orbax closes with the error: asyncio raises there, with
+  no Python caller to catch it, and Python prints each one as an unraisable exception (dozens of
+  tracebacks, during the read and after it, around the one line that says the checkpoint is
+  damaged). The read's own error is not one of them and is reported as before.
+  """
+  previous = sys.unraisablehook
+  if getattr(previous, "drops_closed_loop_reports", False):
+    return lambda: None  # already in place (an earlier failed read): it stays
+
+  def hook(unraisable) -> None:
+    if not _closed_loop(unraisable.exc_value, unraisable.exc_traceback):
+      previous(unraisable)
+  hook.drops_closed_loop_reports = True
+  sys.unraisablehook = hook
+
+  def undo() -> None:
+    if sys.unraisablehook is hook:
+      sys.unraisablehook = previous
+  return undo
+
+
+def _closed_loop(error: BaseException | None, trace) -> bool:
+  """asyncio's RuntimeError for a closed loop, raised by its own check (not merely the words)."""
+  if not isinstance(error, RuntimeError) or str(error) != "Event loop is closed":
+    return False
+  frames = traceback.extract_tb(trace)
+  return bool(frames) and frames[-1].name == "_check_closed" and (
+      Path(frames[-1].filename).parent.name == "asyncio")
 
 
 def _steps_in(folder: Path) -> list[int]:

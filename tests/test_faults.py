@@ -302,6 +302,63 @@ def test_a_resumed_run_past_a_damaged_checkpoint_ends_as_an_uninterrupted_one(
   assert [p.name[:2] for p in (run_dir / "checkpoints" / "damaged").iterdir()] == ["6-"]
 
 
+def test_resuming_past_an_unreadable_checkpoint_prints_no_event_loop_tracebacks(
+    stopped_run, data_dir, tmp_path):
+  # A checkpoint written but never sealed (killed first), its array files then cut to 7 bytes:
+  # Orbax's own read fails, and TensorStore's reads still in flight reported, each on its own
+  # thread, "RuntimeError: Event loop is closed" (dozens of tracebacks) around the one line.
+  run_dir = tmp_path / "run"
+  shutil.copytree(stopped_run[0], run_dir)
+  newest = run_dir / "checkpoints" / "6"
+  (newest / "lra_manifest.json").unlink()
+  for path in (newest / "state").rglob("*"):
+    if path.is_file() and "/d/" in str(path):
+      os.truncate(path, 7)
+  resumed = subprocess.run(
+      [sys.executable, "-m", "lra", "run", "listops", "softmax", *SMOKE, "--data-dir",
+       str(data_dir), "--run-dir", str(run_dir), *(f"--config.{o}" for o in DAMAGE_RUN)],
+      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+      timeout=300)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  err = resumed.stderr
+  assert "Event loop is closed" not in err and "Traceback" not in err, err[-3000:]
+  assert f"the checkpoint of step 6 in {newest} is damaged (Orbax cannot read it" in err, err
+  assert "lra: resuming from step 4, the newest intact checkpoint" in err
+  assert json.loads((run_dir / "final.json").read_text())["status"] == "complete"
+
+
+def test_only_the_closed_event_loop_reports_are_dropped(monkeypatch):
+  from types import SimpleNamespace
+  from lra import checkpoints
+  seen = []
+  monkeypatch.setattr(sys, "unraisablehook", seen.append)
+  undo = checkpoints.drop_closed_loop_reports()
+  checkpoints.drop_closed_loop_reports()()  # in place already: not wrapped twice, nor undone
+
+  def report(error):
+    try:
+      raise error
+    except RuntimeError as raised:
+      return SimpleNamespace(exc_type=type(raised), exc_value=raised,
+                             exc_traceback=raised.__traceback__, err_msg=None, object=None)
+  import asyncio  # pylint: disable=import-outside-toplevel
+  loop = asyncio.new_event_loop()
+  loop.close()
+  try:
+    loop.call_soon_threadsafe(print)
+  except RuntimeError as closed:
+    sys.unraisablehook(SimpleNamespace(exc_type=RuntimeError, exc_value=closed,
+                                       exc_traceback=closed.__traceback__, err_msg=None,
+                                       object=None))
+  other = report(RuntimeError("Event loop is closed"))  # the words, not asyncio's check
+  real = report(RuntimeError("a real error"))
+  sys.unraisablehook(other)
+  sys.unraisablehook(real)
+  assert seen == [other, real]
+  undo()  # after a read that succeeded: the hook that was there before
+  assert sys.unraisablehook == seen.append  # pylint: disable=comparison-with-callable
+
+
 def test_no_intact_checkpoint_says_so_and_the_same_command_starts_again(
     stopped_run, data_dir, tmp_path, capsys, monkeypatch):
   run_dir = tmp_path / "run"
