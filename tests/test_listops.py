@@ -1,7 +1,9 @@
 """ListOps: generator labels, release parsing, vocabulary stability, clear errors."""
 import json
+import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -122,13 +124,24 @@ def test_missing_data_names_the_command(tmp_path):
     listops.prepare(tmp_path / "empty", tmp_path / "cache")
 
 
-def test_many_workers_generate_the_one_core_examples_from_recorded_states():
+def test_many_workers_generate_the_one_core_examples_from_recorded_states(monkeypatch):
   from lra.tasks.generators import listops_states
   params = dict(min_length=20, max_length=120, max_depth=6, max_args=5, seed=3)
   states = listops_states.record({**params, "num_examples": 95}, chunk=20)
   assert len(states["states"]) == 1 + 5  # the seed's, after 20, 40, 60, 80 and 95 examples
   sequential = listops_generator.generate_examples(95, **params)
-  assert listops_states.generate(95, workers=2, states=states, **params) == sequential
+  # This process has imported JAX and runs its threads (conftest): a child forked from it can
+  # inherit a lock another thread held, and hang. No worker may be forked from here (Python
+  # 3.12+ also warns "os.fork() is incompatible with multithreaded code"; 3.11 forks in silence).
+  forks = []
+  real_fork = os.fork
+  monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    assert listops_states.generate(95, workers=2, states=states, **params) == sequential
+  monkeypatch.undo()
+  assert not forks
+  assert not [w for w in caught if "fork" in str(w.message)], [str(w.message) for w in caught]
   # A recorded state that the stream does not reach: the chunks are not trusted (one core then).
   recorded = states["states"]
   broken = dict(states, states=recorded[:3] + recorded[4:5] * 2 + recorded[5:])

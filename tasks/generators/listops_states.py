@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import json
+import multiprocessing
 import random
 from pathlib import Path
 from typing import Any
@@ -109,7 +110,12 @@ def generate(num_examples: int, *, workers: int, states: dict[str, Any] | None =
   bounds = list(zip(states["states"], states["states"][1:]))
   counts = [min(chunk, num_examples - i * chunk) for i in range(len(bounds))]
   generator_params = {k: v for k, v in recipe.items() if k not in ("num_examples", "seed")}
-  with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
+  # Not fork: `lra data generate` runs in a process that has imported JAX, whose threads may
+  # hold a lock a forked child inherits and waits on forever. The workers import this module
+  # alone (numpy and the generator, no JAX).
+  methods = multiprocessing.get_all_start_methods()
+  context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+  with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
     parts = [pool.submit(_chunk, start, end, count, generator_params)
              for (start, end), count in zip(bounds, counts)]
     try:
