@@ -32,8 +32,11 @@ def _require(module: str, setting: str, extra: str) -> None:
   try:
     __import__(module)
   except ImportError:
-    raise MissingExtraError(f"{setting} needs the {extra} package: pip install -e \".[{extra}]\" "
-                            f"(from the repository; elsewhere pip install {extra})") from None
+    # The lock keeps JAX, NumPy and the rest at the versions the suite was tested with (wandb is
+    # not in it: the lock then holds only the packages it shares).
+    raise MissingExtraError(f"{setting} needs the {extra} package: pip install -c "
+                            f"requirements-lock.txt -e \".[{extra}]\" (from the repository; "
+                            f"elsewhere pip install {extra})") from None
 
 
 def check(config: ml_collections.ConfigDict) -> None:

@@ -165,5 +165,6 @@ def test_a_missing_extra_is_one_line_before_any_work(tmp_path, monkeypatch, caps
                    "--config.log.tensorboard=True"])
   err = capsys.readouterr().err
   assert code == 2 and err.count("\n") == 1
-  assert 'needs the tensorboard package: pip install -e ".[tensorboard]"' in err
+  assert ('needs the tensorboard package: pip install -c requirements-lock.txt -e '
+          '".[tensorboard]"') in err
   assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
