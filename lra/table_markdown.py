@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lra.table_rules import (AVG_TASKS, CHANCE_MARGIN, COMMITTED, CPU_PRESETS, LRA_TASKS,
+from lra.table_rules import (AVG_TASKS, CHANCE_MARGIN, COMMITTED, CPU_PRESETS, LRA_TASKS, OURS,
                              PROTOCOL_PRESETS, PUBLISHED, RUN_SOURCES, STATISTICS, TASK_TITLES,
                              group)
 
@@ -27,14 +27,16 @@ LEGEND = (
     "five have a number.")
 
 
-COMMITTED_NOTE = ("Rows marked (committed) are the repository's committed runs, shown beside "
-                  "yours for comparison: each is averaged over its own seeds only, never with "
-                  "yours.")
+COMMITTED_NOTE = ("Rows marked committed are the repository's committed runs, shown beside "
+                  "yours (marked ours) for comparison: each is averaged over its own seeds only, "
+                  "never with yours.")
 
 
-def _mixer(row: dict[str, Any]) -> str:
-  """The mixer cell: its name, marked when the row is the repository's committed runs."""
-  return row["mixer"] + (" (committed)" if row["source"] == COMMITTED else "")
+def _mixer(row: dict[str, Any], mixed: bool = False) -> str:
+  """The mixer cell: its name, marked when the row is the repository's committed runs, and, in a
+  table that has such rows (`mixed`), when it is yours (as <task>.md's source column says)."""
+  mark = {COMMITTED: " (committed)", OURS: " (ours)" if mixed else ""}.get(row["source"], "")
+  return row["mixer"] + mark
 
 
 def _missing(value: Any) -> bool:
@@ -85,7 +87,7 @@ def _duration(seconds: Any) -> str:
   return f"{minutes // 60}h{minutes % 60:02d}" if minutes >= 60 else f"{minutes} min"
 
 
-def _protocol_tables(rows: list[dict[str, Any]], h: str) -> list[str]:
+def _protocol_tables(rows: list[dict[str, Any]], h: str, mixed: bool = False) -> list[str]:
   """One table per statistic; Δ only in the table of the statistic the published row reports."""
   titles = [TASK_TITLES[t] for t in (*LRA_TASKS, "avg")]
   parts = []
@@ -98,7 +100,7 @@ def _protocol_tables(rows: list[dict[str, Any]], h: str) -> list[str]:
       return row["avg_delta"] if same else None
     parts.append(f"{h}# {STATISTICS[name][1][0].upper() + STATISTICS[name][1][1:]}")
     parts.append(_md_table(["mixer", "preset", *titles, "device"], [
-        [_mixer(r), r["preset"],
+        [_mixer(r, mixed), r["preset"],
          *[_cell(r[f"{t}{suffix}"], r[f"{t}{suffix}_std"], r[f"{t}_n"], delta(r, t),
                  r[f"{t}_at_chance"] if suffix == "" else False) for t in LRA_TASKS],
          _cell(r[f"avg{suffix}"], delta=avg_delta(r)), r["device"]] for r in rows]))
@@ -119,10 +121,12 @@ def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
   ours = [r for r in rows if r["source"] in RUN_SOURCES]
   by_group = {g: [r for r in ours if group(r["preset"]) == g] for g in ("protocol", "cpu",
                                                                        "small")}
-  parts = [LEGEND + (f" {COMMITTED_NOTE}" if any(r["source"] == COMMITTED for r in ours) else ""),
+  # Your rows are marked only beside committed ones: the committed tables are all "ours".
+  mixed = any(r["source"] == COMMITTED for r in (*ours, *cpu_rows))
+  parts = [LEGEND + (f" {COMMITTED_NOTE}" if mixed else ""),
            f"{h} Ours: LRA protocol (presets {', '.join(f'`{p}`' for p in PROTOCOL_PRESETS)})"]
   if by_group["protocol"]:
-    parts += _protocol_tables(by_group["protocol"], h)
+    parts += _protocol_tables(by_group["protocol"], h, mixed)
   else:
     parts.append("No complete run with the `paper` or `lra` preset yet (accelerator work). Run "
                  "the grid with `lra sweep --tasks listops text retrieval image pathfinder pathx "
@@ -141,10 +145,10 @@ def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
     parts.append("Test accuracy at the best validation step, one column per task; published: the "
                  "same mixer's published number (LRA's or its paper's larger model, trained far "
                  "longer). Each run's three statistics and cost are in the table after it.")
-    parts.append(_cpu_summary(cpu_rows))
+    parts.append(_cpu_summary(cpu_rows, mixed))
     if cpu_reference:
       parts.append(cpu_reference)
-    parts.append(_cpu_table(cpu_rows))
+    parts.append(_cpu_table(cpu_rows, mixed))
   else:
     parts.append("No complete run with the `laptop` preset yet: `lra run listops MIXER --preset "
                  "laptop` (or `pathfinder`).")
@@ -154,7 +158,7 @@ def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
                "tiny models on small generated data (demo ListOps is far easier than LRA's), so "
                "no Δ is shown. Each cell: best test · test at best val.")
   parts.append(_md_table(["mixer", "preset", *titles[:-1], "device"], [
-      [_mixer(r), r["preset"],
+      [_mixer(r, mixed), r["preset"],
        *[_pair(r, t) for t in LRA_TASKS], r["device"]] for r in by_group["small"]])
       if by_group["small"] else "No complete run with a small preset yet.")
   parts.append(f"{h} Published")
@@ -179,13 +183,13 @@ def _published(row: dict[str, Any]) -> str:
   return f"{_fmt(row['published'])} ({STATISTIC_LABELS[row['published_statistic']]})"
 
 
-def _cpu_summary(rows: list[dict[str, Any]]) -> str:
+def _cpu_summary(rows: list[dict[str, Any]], mixed: bool = False) -> str:
   """One line per (mixer, preset, source), one column per task with a CPU run (and the same
   mixer's published number beside it)."""
   tasks = [t for t in LRA_TASKS if any(r["task"] == t for r in rows)]
   lines: dict[tuple, dict[str, dict[str, Any]]] = {}
   for r in rows:
-    lines.setdefault((_mixer(r), r["preset"]), {})[r["task"]] = r
+    lines.setdefault((_mixer(r, mixed), r["preset"]), {})[r["task"]] = r
   header = ["mixer", "preset"]
   for t in tasks:
     header += [TASK_TITLES[t], "published"]
@@ -201,13 +205,13 @@ def _cpu_summary(rows: list[dict[str, Any]]) -> str:
   return _md_table(header, body)
 
 
-def _cpu_table(rows: list[dict[str, Any]]) -> str:
+def _cpu_table(rows: list[dict[str, Any]], mixed: bool = False) -> str:
   """One line per experiment: the three statistics, the published number of the same mixer beside,
   and what the run cost."""
   return _md_table(
       ["mixer", "task", "preset", "best test", "at best val", "last step", "published",
        "steps", "examples seen", "wall time", "steps/s", "device"],
-      [[_mixer(r), TASK_TITLES[r["task"]], r["preset"],
+      [[_mixer(r, mixed), TASK_TITLES[r["task"]], r["preset"],
         _cell(r["best_test_accuracy"], r["best_test_accuracy_std"], r["num_runs"]),
         _cell(r["test_accuracy"], r["test_accuracy_std"], at_chance=r["at_chance"]),
         _cell(r["test_accuracy_last"], r["test_accuracy_last_std"]), _published(r),

@@ -204,7 +204,8 @@ def test_check_detects_stale_tables_and_readme(grid, tmp_path, capsys):
   assert readme.read_text() == original  # the README only changes when asked
   assert main(["table", "--results-dir", str(res), "--readme", str(readme)]) == 0
   text = readme.read_text()
-  assert "| latte | paper |" in text and text.endswith("## y\n")
+  # Your rows, beside the repository's committed ones: marked as yours.
+  assert "| latte (ours) | paper |" in text and text.endswith("## y\n")
   assert tables.MADE_AT.search(text)  # says the commit it was made at
   assert "| softmax | demo |" not in text  # small presets stay in results/tables/lra.md
   check = ["table", "--results-dir", str(res), "--readme", str(readme), "--check"]
@@ -219,7 +220,8 @@ def test_check_detects_stale_tables_and_readme(grid, tmp_path, capsys):
   (res / "tables" / "notes.md").write_text("hand-written")
   assert main(check) == 1
   (res / "tables" / "notes.md").unlink()
-  readme.write_text(readme.read_text().replace("| latte | paper |", "| latte | edited |"))
+  readme.write_text(readme.read_text().replace("| latte (ours) | paper |",
+                                                "| latte (ours) | edited |"))
   assert main(check) == 1
   assert "lra table --results-dir" in capsys.readouterr().err  # the command that fixes it
 
@@ -238,7 +240,7 @@ def test_table_reads_your_runs_by_default_and_the_committed_ones_when_asked(grid
   write_run(local, "listops", "linear", "laptop", 0, 0.36)
   assert main(["table"]) == 0
   assert "no runs in" not in capsys.readouterr().err
-  assert "| linear | ListOps | laptop |" in (local / "tables" / "lra.md").read_text()
+  assert "| linear (ours) | ListOps | laptop |" in (local / "tables" / "lra.md").read_text()
   assert readme.read_text().count("old") == 1 and not (res / "tables").exists()
   assert main(["table", "--check"]) == 1  # the committed tables were never written
   assert main(["table", "--committed"]) == 0
@@ -436,19 +438,21 @@ def test_your_tables_show_the_committed_rows_beside_yours_never_averaged(tmp_pat
   md = files["tables/lra.md"]
   assert "beside 3 of the repository's committed run(s)" in md.split("-->")[0]
   cpu = md.split("## Ours: the LRA tasks on a CPU")[1].split("##")[0]
-  assert "| latte | ListOps | laptop | 50.00 |" in cpu
+  # Yours are marked beside the committed ones, as listops.md's source column marks them.
+  assert "| latte (ours) | ListOps | laptop | 50.00 |" in cpu
   assert "| latte (committed) | ListOps | laptop | 32.00 ± 2.83 (n=2) |" in cpu
   assert "| softmax (committed) | ListOps | laptop | 36.00 |" in cpu
-  assert cpu.index("| latte |") < cpu.index("| latte (committed) |")  # yours first
+  assert cpu.index("| latte (ours) |") < cpu.index("| latte (committed) |")  # yours first
   assert "never with yours" in md
   task = files["tables/listops.md"]
   assert "| ours | latte | laptop |" in task and "| committed | latte | laptop |" in task
-  assert "(committed)" not in tables.build(mine)["tables/lra.md"]
+  alone = tables.build(mine)["tables/lra.md"]
+  assert "(committed)" not in alone and "(ours)" not in alone  # nothing to tell apart
   # The command: the repository's own committed runs beside yours, by default.
   assert main(["table", "--results-dir", str(mine)]) == 0
   assert "beside" in capsys.readouterr().out.strip().splitlines()[-1]
   lra_md = (mine / "tables" / "lra.md").read_text()
-  assert "| latte | ListOps | laptop | 50.00 |" in lra_md
+  assert "| latte (ours) | ListOps | laptop | 50.00 |" in lra_md
   assert "| softmax (committed) | ListOps | laptop |" in lra_md
   assert main(["table", "--results-dir", str(mine), "--mine-only"]) == 0
   assert "(committed)" not in (mine / "tables" / "lra.md").read_text()
