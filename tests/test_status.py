@@ -1,23 +1,32 @@
-"""`lra status`: the task x mixer grid per preset, yours beside the committed runs, with the
-ledger's accelerator costs on `paper` cells."""
+"""`lra status`: the task x mixer grid per preset, yours first, then the committed runs, with the
+ledger's accelerator costs on `paper` cells as notes under the grid."""
 import json
 
 import pytest
 
-from lra import status
+from lra import results, status
 from lra.cli import main
 from test_results_tables import write_run
 
+YOURS, COMMITTED = "yours:", "committed (the repository's runs):"
 
-def _rows(text, preset):
-  """{row label: [cells]} of one preset's block of `lra status`' output."""
+
+def _rows(text, preset, section=None):
+  """(header, {row label: [cells]}, notes) of one preset's block of `lra status`' output, the
+  rows of one section (YOURS or COMMITTED; None: a block without headings)."""
   block = text.split(f"preset {preset}\n", 1)[1].split("\n\n", 1)[0].splitlines()
   header = block[0].split()
+  notes = [line for line in block if line.startswith("[")]
+  body = [line for line in block[1:] if line not in notes]
+  if section is not None:
+    start = body.index(section) + 1
+    ends = [i for i, line in enumerate(body) if line in (YOURS, COMMITTED) and i >= start]
+    body = body[start:ends[0] if ends else None]
   rows = {}
-  for line in block[1:]:
+  for line in body:
     cells = [c for c in line.split("  ") if c.strip()]
     rows[cells[0].strip()] = [c.strip() for c in cells[1:]]
-  return header, rows
+  return header, rows, notes
 
 
 @pytest.fixture
@@ -50,20 +59,22 @@ def test_the_grid_says_complete_in_progress_stopped_or_not_run(folders, capsys):
   mine, committed, ledger = folders
   assert status.main(mine, committed, None, ledger) == 0
   out = capsys.readouterr().out
-  header, paper = _rows(out, "paper")
+  header, paper, notes = _rows(out, "paper", YOURS)
   assert header == ["mixer", "ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Path-X"]
-  assert paper["latte"][:2] == ["42.00 (n=2) [~22 min on an H200 (measured)]",
-                                "in progress 1,200 of 5,000"]
-  assert paper["latte (committed)"][0] == "38.00 [~22 min on an H200 (measured)]"
-  assert paper["softmax"][:4] == ["not run", "not run [~5.0 h on an H200 (estimate)]", "not run",
-                                  "diverged at 300 of 5,000"]
-  assert paper["luna"] == ["not run"] * 6  # every registered mixer has a paper row
-  header, laptop = _rows(out, "laptop")
+  assert paper["softmax"][:4] == ["-", "- [1]", "-", "diverged at 300"]
+  assert paper["latte"][:2] == ["42.00 (n=2) [2]", "1,200/5,000"]
+  assert paper["luna"] == ["-"] * 6  # every registered mixer has a paper row
+  assert notes == ["[1] Text, softmax: ~5.0 h on an H200 (estimate)",  # numbered as read
+                   "[2] ListOps, latte: ~22 min on an H200 (measured)"]
+  assert list(paper)[:2] == ["softmax", "latte"]  # rows with a run before the placeholders
+  _, paper_committed, _ = _rows(out, "paper", COMMITTED)
+  assert paper_committed == {"latte": ["38.00 [2]", *["-"] * 5]}  # never averaged with yours
+  header, laptop, _ = _rows(out, "laptop", YOURS)
   assert header == ["mixer", "ListOps"]
-  assert laptop["MeanGate@0123abcd"] == ["in progress 40 of 5,000"]
-  assert laptop["softmax (committed)"] == ["36.50"]
-  assert laptop["softmax +model.num_layers=4 (committed)"] == ["99.00"]
-  assert "[" not in "".join(sum(laptop.values(), []))  # costs are for paper rows only
+  assert laptop == {"MeanGate@0123abcd": ["40/5,000"]}
+  _, laptop, notes = _rows(out, "laptop", COMMITTED)
+  assert laptop == {"softmax": ["36.50"], "softmax +num_layers=4": ["99.00"]}
+  assert not notes  # costs are for paper rows only
 
 
 def test_without_a_ledger_or_committed_runs_the_grid_has_no_costs_and_no_marks(folders, capsys):
@@ -71,8 +82,9 @@ def test_without_a_ledger_or_committed_runs_the_grid_has_no_costs_and_no_marks(f
   assert status.ledger_costs(None) == {} and status.ledger_costs(mine / "absent.json") == {}
   assert status.main(mine, None, ["paper", "lra"], None) == 0
   out = capsys.readouterr().out
-  _, paper = _rows(out, "paper")
+  _, paper, _ = _rows(out, "paper")
   assert paper["latte"][0] == "42.00 (n=2)" and "committed" not in out and "[" not in out
+  assert YOURS not in out.splitlines()  # nothing to tell apart: no headings
   assert "preset lra: no runs yet" in out and "preset laptop" not in out
 
 
@@ -85,6 +97,24 @@ def test_the_command_reads_your_folder_and_refuses_an_unknown_preset(folders, tm
                str(ledger)]) == 0
   out = capsys.readouterr().out
   assert out.startswith("lra status: your runs in elsewhere/runs/.")
-  assert "42.00 (n=2) [~22 min" in out and "(committed)" not in out
+  assert "42.00 (n=2) [2]" in out and "[2] ListOps, latte: ~22 min" in out
+  assert "committed" not in out
   assert main(["status", "--presets", "papr"]) == 2
   assert "unknown papr; valid presets: paper" in capsys.readouterr().err
+
+
+def test_your_rows_come_first_and_the_grid_fits_100_columns(tmp_path, capsys):
+  """`lra status` in a folder of one's own, beside this repository's committed runs and ledger:
+  it was ~150 columns wide with your row at the bottom of the grid, under 17 committed ones."""
+  committed = results.committed_results_dir()
+  if committed is None:
+    pytest.skip("needs this repository's committed runs")
+  mine = tmp_path / "results"
+  write_run(mine, "synthetic", "MeanGate@0123abcd", "paper", 0, 0.40, chance=1 / 16)
+  assert status.main(mine, committed, None, committed / "ledger.json") == 0
+  out = capsys.readouterr().out
+  lines = out.splitlines()
+  assert max(map(len, lines)) <= 100, max(lines, key=len)
+  block = out.split("preset paper\n", 1)[1].split("\n\n", 1)[0].splitlines()
+  assert block[1:3] == [YOURS, block[2]] and block[2].startswith("MeanGate@0123abcd ")
+  assert block[2].split()[-1] == "40.00" and block[3] == COMMITTED
