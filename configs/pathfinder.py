@@ -56,12 +56,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   elif preset == "squares":
     squares(c)
   elif preset == "squares_published":
-    # S5's or Mega-Chunk's own Pathfinder architecture on the squares' data and budget.
-    squares(c)
-    published.apply(c, NUM_TRAIN)
-    c.model.patch = SQUARES_PATCH  # published.apply reads pixels densely, as squares need
-    published.on_a_budget(c, examples=SQUARES_STEPS * LAPTOP_BATCH, evaluations=SQUARES_EVALS)
-    c.eval.max_examples = 4000
+    squares_published(c)
   elif preset == "published":
     published.apply(c, NUM_TRAIN)
   else:
@@ -120,10 +115,40 @@ def squares(c: ml_collections.ConfigDict) -> None:
   contours (length 6) of the generator, 200,000 images (seed 0) split 80/10/10; pixels read as
   numbers (model.embedding=dense) and 4x4 squares as tokens (model.patch=4); 20,000 steps of 32 (4
   epochs), warm-up 1,000, evaluated every 2,000 steps on the first 4,000 images of val and test.
+  Windows, blocks and chunks shrink with the sequence (1/16: 64 of 1,024), so each sparse
+  pattern covers the share of the image it covers at LRA's length instead of all of it; fixed-size
+  summaries (Latte's latents, Luna's packed rows, Linformer's k, Performer's features) stay.
   """
   laptop(c)
   c.data.generator.difficulty = "easy"
   c.model.embedding, c.model.patch = "dense", SQUARES_PATCH
   c.train.num_steps, c.train.warmup_steps = SQUARES_STEPS, 1000
   c.eval.every_steps = c.checkpoint.every_steps = SQUARES_STEPS // SQUARES_EVALS
+  c.eval.max_examples = 4000
+  tokens = 1024 // SQUARES_PATCH ** 2
+  m, shrink = c.mixers, SQUARES_PATCH ** 2
+  m.bigbird.block //= shrink                                   # 64 -> 4
+  m.longformer.window //= shrink                               # 512 -> 32
+  m.latte_macchiato.window //= shrink                          # 128 -> 8
+  m.latte_rglru_swa.window //= shrink                          # 128 -> 8
+  m.mega.chunk_size //= shrink                                 # 128 -> 8
+  m.reformer.chunk_len = common.lra_reformer_chunk(tokens)     # 103 -> 7: ten chunks, as LRA's
+
+
+def squares_published(c: ml_collections.ConfigDict) -> None:
+  """S5's or Mega-Chunk's own Pathfinder block (its layer, norm, positions and optimizer recipe,
+  configs/published.py) at the `squares` model's size, data and budget: beside the common-block
+  row it differs in the block alone. Sizes that grow with the width keep their published ratio
+  to it (Mega: hidden 2 D, z D/2)."""
+  squares(c)
+  sizes = c.model.num_layers, c.model.dim, c.model.num_heads
+  patterns = c.mixers.mega.chunk_size, c.mixers.s5.state_size, c.mixers.s5.blocks
+  published.apply(c, NUM_TRAIN)
+  c.model.num_layers, c.model.dim, c.model.num_heads = sizes
+  c.mixers.mega.chunk_size, c.mixers.s5.state_size, c.mixers.s5.blocks = patterns
+  if c.model.mixer == "mega":
+    c.model.mlp_dim = c.mixers.mega.hidden_dim = 2 * c.model.dim
+    c.mixers.mega.z_dim = c.model.dim // 2
+  c.train.batch_size = c.eval.batch_size = LAPTOP_BATCH
+  published.on_a_budget(c, examples=SQUARES_STEPS * LAPTOP_BATCH, evaluations=SQUARES_EVALS)
   c.eval.max_examples = 4000

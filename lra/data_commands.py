@@ -63,6 +63,9 @@ PRESET_DESCRIPTIONS = {
               "trained on a CPU in 40 min to 4.5 h on 2 cores",
     "published": "S5's and Mega-Chunk's own published LRA runs: their blocks and optimizers",
     "laptop_published": "S5's or Mega-Chunk's own architecture on the laptop's data and budget",
+    "squares": "NOT LRA's task: Pathfinder's easy set as 4x4 pixel squares (64 tokens), where "
+               "mixers learn on one CPU core in 10-45 min",
+    "squares_published": "S5's or Mega-Chunk's own block on the squares' data, size and budget",
 }
 
 

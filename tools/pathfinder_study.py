@@ -232,7 +232,14 @@ STUDY = (
 
 
 def run(study: StudyRun, core: int | None, stop_after: float | None = None) -> int:
-  folder = OUT / study.name
+  return run_pinned(OUT / study.name, study.command(), core, stop_after)
+
+
+def run_pinned(folder: Path, command: list[str], core: int | None,
+               stop_after: float | None = None) -> int:
+  """Runs `command` (an `lra run` whose run folder is `folder`), unpacked from its archive first
+  when its checkpoints are not here, pinned to `core` with one XLA thread, stopped within
+  `stop_after` seconds."""
   archive = folder / "run.pack"  # or its parts run.pack.1, .2, ... when it was split
   if pack.parts_of(archive, existing_only=True) and not any((folder / "checkpoints").glob("*")):
     # A run carried from another machine (a fresh clone): its checkpoints come from its archive.
@@ -240,7 +247,7 @@ def run(study: StudyRun, core: int | None, stop_after: float | None = None) -> i
     print(f"unpacked {archive.relative_to(ROOT)}: checkpoint {manifest['checkpoint_step']} of "
           f"{manifest['num_steps']}", flush=True)
   env = dict(os.environ)
-  command = study.command()
+  command = list(command)
   if stop_after is not None:
     command += ["--stop-after", f"{stop_after:g}"]
   if core is not None:
