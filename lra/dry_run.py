@@ -1,15 +1,28 @@
-"""`lra run TASK MIXER --dry-run`: the resolved config with where each value comes from, and the
-data and run folders the run would use. Nothing is trained, generated or written."""
+"""`lra run TASK MIXER --dry-run`: the resolved config with where each value comes from, the
+data and run folders the run would use, and what it costs where a speed of the same config is
+known. Nothing is trained, generated or written.
+
+A cost comes from a measurement of the same program (the same task, mixer, preset and departures
+from it; any seed): runs of it (the repository's committed runs and yours: their steps/s, and the
+wall time of complete ones), `lra bench --epoch` records (results/bench/*.json and
+RESULTS_DIR/bench/*.json) of its batching, and the ledger of paper rows (results/ledger.json:
+measured or estimated GPU speeds, each with its source).
+"""
 from __future__ import annotations
 
 import contextlib
 import json
+import shlex
+import statistics
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+import ml_collections
+
 from lra import run_identity
-from lra.config_loading import (data_cache_dir, default_data_dir, default_run_dir, missing_data,
-                                resolve_config)
+from lra.config_loading import (data_cache_dir, default_data_dir, default_run_dir, mixer_label,
+                                missing_data, preset_reference, resolve_config)
 from lra.configs import common
 
 DEFAULT, PRESET, COMMAND_LINE = "default", "preset", "command line"
@@ -77,6 +90,144 @@ def _run_folder_state(run_dir: Path) -> str:
   return "exists, no final.json yet" if run_dir.exists() else "new"
 
 
+def _duration(seconds: float) -> str:
+  minutes = seconds / 60
+  if minutes < 1:
+    return f"{seconds:.0f} s"
+  return f"{minutes:.0f} min" if minutes < 90 else f"{minutes / 60:.1f} h"
+
+
+def _program(config: Any) -> tuple[str, str, str]:
+  """(task, mixer label, fingerprint of preset and departures): equal for any seed of one
+  program, as the tables group runs (lra.results.load_runs' config_id)."""
+  plain = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config
+  mixer = mixer_label(ml_collections.ConfigDict(plain))
+  return (plain["task"], mixer,
+          run_identity.config_fingerprint(plain, preset_reference(plain)))
+
+
+def _shown(path: Path) -> str:
+  """A record's path as the repository names it (results/ledger.json), else as found."""
+  try:
+    return Path(path).resolve().relative_to(Path(__file__).resolve().parents[1]).as_posix()
+  except ValueError:
+    return str(path)
+
+
+def _device(device: Any, cores: Any) -> str:
+  cpu = str(device).startswith("cpu") and cores and cores == cores  # NaN: not recorded
+  return str(device) + (f" ({int(cores)} core{'s' if cores > 1 else ''})" if cpu else "")
+
+
+def _from_runs(config: ml_collections.ConfigDict, folders: Sequence[tuple[str, Path]]) -> list[str]:
+  """One line per (folder, device) holding runs of this program: complete runs' median wall
+  time (evaluations included), else training time at the median steps/s."""
+  from lra import results  # pandas: only when a dry run asks for costs
+  program, steps = _program(config), config.train.num_steps
+  lines = []
+  for who, folder in folders:
+    if not (folder / "runs").is_dir():
+      continue
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", results.RunFileWarning)
+      runs = results.load_runs(folder)
+    runs = runs[(runs["task"] == program[0]) & (runs["mixer"] == program[1])
+                & (runs["config_id"] == program[2])]
+    for device, group in runs.groupby(runs["device"].fillna("?"), sort=True):
+      rates = [r for r in group["steps_per_s"] if r and r == r]  # NaN: no log window yet
+      if not rates:
+        continue
+      rate = statistics.median(rates)
+      complete = group[(group["status"] == "complete") & (group["num_steps"] == steps)]
+      walls = [w for w in complete["wall_time_s"] if w and w == w]
+      cores = group["cpu_cores"].dropna().max() if "cpu_cores" in group else None
+      where = ", ".join(group["run_dir"].head(3)) + (", ..." if len(group) > 3 else "")
+      cost = (f"~{_duration(statistics.median(walls))} with evaluations" if walls else
+              f"~{_duration(steps / rate)} of training, evaluations not counted")
+      runs_of = f"{len(group)} run{'s' if len(group) > 1 else ''} of this config"
+      lines.append(f"{_device(device, cores)}: {cost}, {rate:.2f} steps/s: {runs_of} in {who} "
+                   f"({where}{'; the median' if len(group) > 1 else ''})")
+  return lines
+
+
+def _from_bench(config: ml_collections.ConfigDict, folders: Sequence[Path]) -> list[str]:
+  """One line per `lra bench --epoch` record of this program and its batching."""
+  program, steps = _program(config), config.train.num_steps
+  batching = {"padding": config.data.padding, "quantum": config.data.pad_quantum,
+              "bucketing": config.data.bucketing}
+  lines = []
+  for path in sorted({p for folder in folders for p in folder.glob("bench/*.json")}):
+    try:
+      records = json.loads(path.read_text())
+    except (OSError, ValueError):
+      continue
+    for record in records if isinstance(records, list) else []:
+      setup = record.get("setup") if isinstance(record, dict) else None
+      if not isinstance(setup, dict) or "modes" not in record:
+        continue
+      try:
+        same = _program(resolve_config(setup["task"], setup["mixer"], setup["preset"],
+                                       setup.get("overrides", []))) == program
+      except (KeyError, ValueError):
+        continue
+      for mode in record["modes"] if same else ():
+        if mode.get("batching") == batching and mode.get("epoch_s") and mode.get("steps"):
+          rate = mode["steps"] / mode["epoch_s"]
+          lines.append(f"{_device(setup.get('device'), setup.get('cpu_cores'))}: "
+                       f"~{_duration(steps / rate)} of training, evaluations not counted, "
+                       f"{rate:.2f} steps/s: `lra bench --epoch` record {_shown(path)} "
+                       f"({mode['mode']} batching)")
+  return lines
+
+
+LEDGER_DEVICES = {"h200": "NVIDIA H200", "h100": "NVIDIA H100"}
+
+
+def _from_ledger(config: ml_collections.ConfigDict, path: Path | None) -> list[str]:
+  """One line per GPU kind of the ledger's rows of this program (one row: seeds share it)."""
+  if path is None or not path.is_file():
+    return []
+  from lra import cli, ledger  # pylint: disable=import-outside-toplevel
+  program, steps = _program(config), config.train.num_steps
+  for row in ledger.load(path):
+    if _program(cli.run_config(ledger.run_args(row))) != program:
+      continue
+    lines = []
+    for kind, cost in row["cost"].items():
+      if cost and cost.get("steps_per_s"):
+        rate, evals = cost["steps_per_s"], cost.get("eval_s", 0.0)
+        lines.append(f"{LEDGER_DEVICES.get(kind, kind)}: ~{_duration(steps / rate + evals)} "
+                     f"({_duration(steps / rate)} of training at {rate:g} steps/s, "
+                     f"{_duration(evals)} of evaluations): {cost['source']} ({_shown(path)}, "
+                     f"row {row['id']})")
+    return lines
+  return []
+
+
+def costs(config: ml_collections.ConfigDict, overrides: Sequence[str],
+          results_dir: Path) -> list[str]:
+  """The dry run's cost lines: every known speed of this program, each with its device and
+  source, then what measures one where none is known."""
+  from lra import results  # pylint: disable=import-outside-toplevel
+  committed = results.committed_results_dir()
+  run_folders = [("your results", Path(results_dir))] + (
+      [("the repository's committed results", committed)] if committed else [])
+  found = [*_from_runs(config, run_folders),
+           *_from_bench(config, [folder for _, folder in run_folders]),
+           *_from_ledger(config, committed / "ledger.json" if committed else None)]
+  bench = shlex.join(["lra", "bench", "--epoch", config.task, "--preset", config.preset,
+                      "--mixers", config.get("mixer_source", {}).get("spec") or config.model.mixer,
+                      *(f"--config.{o}" for o in overrides)])
+  head = f"cost of its {config.train.num_steps:,} steps of batch {config.train.batch_size}"
+  hint = (f"`{bench}` times an epoch on this machine, and a run's progress line gives its ETA "
+          "within its first 10 s of training")
+  if not found:
+    return [f"{head}: no measured speed of this config on any device; {hint}."]
+  return [f"{head}, from the speeds known for the same config (any seed):",
+          *(f"  {line}" for line in found),
+          f"  any other device: no measured speed; {hint}."]
+
+
 def describe(task: str, mixer: str, preset: str, overrides: Sequence[str] = (), *,
              results_dir: Path, run_dir: Path | None = None,
              data_dir: Path | None = None) -> str:
@@ -97,6 +248,7 @@ def describe(task: str, mixer: str, preset: str, overrides: Sequence[str] = (), 
            "written.",
            f"run folder: {run_dir} ({_run_folder_state(run_dir)})",
            f"data: {cache} ({data})",
+           *costs(config, overrides, results_dir),
            f"config ({sum(s != DEFAULT for _, _, s in rows)} of {len(rows)} values set by the "
            "preset or the command line):"]
   lines += [f"  {f'{k} = {v!r}':<{width}}  {s}" for k, v, s in rows]

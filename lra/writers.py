@@ -136,6 +136,9 @@ def environment() -> dict[str, Any]:
   return {
       "device": f"{device.platform}:{getattr(device, 'device_kind', '')}",
       "num_devices": jax.device_count(),
+      # A CPU run's speed depends on the cores it may use (taskset, a scheduler's allocation).
+      "cpu_cores": (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                    else os.cpu_count()),
       "matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
       "num_processes": jax.process_count(),
       "host": platform.node(),

@@ -73,6 +73,66 @@ def test_dry_run_prints_each_value_with_its_source_and_trains_nothing(tmp_path, 
   assert "results/local/runs/listops/latte/demo_seed0" in capsys.readouterr().out
 
 
+def test_a_dry_run_says_what_the_run_costs_where_a_speed_is_known(capsys):
+  """`lra run pathfinder softmax --preset lra --dry-run` showed 62,400 steps of batch 512 and not
+  what they cost: now each device the ledger knows, its speed, total time and source."""
+  from lra import ledger
+  from lra.results import committed_results_dir
+  committed = committed_results_dir()
+  if committed is None:
+    pytest.skip("needs this repository's results/ledger.json")
+  row = next(r for r in ledger.load(committed / "ledger.json")
+             if r["command"] == "lra run pathfinder softmax --preset lra")
+  assert main(["run", "pathfinder", "softmax", "--preset", "lra", "--dry-run"]) == 0
+  out = capsys.readouterr().out
+  assert f"cost of its {row['steps']:,} steps of batch 512, from the speeds known" in out
+  h200 = row["cost"]["h200"]
+  minutes = (row["steps"] / h200["steps_per_s"] + h200["eval_s"]) / 60
+  line = next(x for x in out.splitlines() if x.startswith("  NVIDIA H200: "))
+  assert line.startswith(f"  NVIDIA H200: ~{minutes:.0f} min (")
+  assert f"at {h200['steps_per_s']:g} steps/s" in line and h200["source"] in line
+  assert line.endswith(f"(results/ledger.json, row {row['id']})")
+  assert any(x.startswith("  NVIDIA H100: ~") for x in out.splitlines())
+  assert ("  any other device: no measured speed; `lra bench --epoch pathfinder --preset lra "
+          "--mixers softmax` times an epoch on this machine") in out
+
+
+def test_a_dry_run_reads_speeds_from_runs_and_bench_records_of_the_same_config(tmp_path, capsys):
+  from lra.config_loading import resolve_config
+  from test_results_tables import write_run
+  res = tmp_path / "results"
+  args = ["run", "synthetic", "linear", "--preset", "smoke", "--results-dir", str(res),
+          "--data-dir", str(tmp_path / "data"), "--dry-run"]
+  assert main([*args, "--config.model.dim=24"]) == 0  # nothing known of this config yet
+  out = capsys.readouterr().out
+  assert ("cost of its 6 steps of batch 16: no measured speed of this config on any device; "
+          "`lra bench --epoch synthetic --preset smoke --mixers linear --config.model.dim=24` "
+          "times an epoch") in out
+  config = resolve_config("synthetic", "linear", "smoke", ["model.dim=24"]).to_dict()
+  for seed, wall, rate in ((3, 60.0, 0.25), (4, 90.0, 0.35)):  # two seeds of it, on 2 cores
+    write_run(res, "synthetic", "linear", "smoke", seed, 0.5, config=config, num_steps=6,
+              wall_time_s=wall, steps_per_s=rate, cpu_cores=2)
+  write_run(res, "synthetic", "linear", "smoke", 0, 0.5, num_steps=6,  # another config
+            config=resolve_config("synthetic", "linear", "smoke").to_dict(), wall_time_s=1.0)
+  (res / "bench").mkdir()
+  batching = {"padding": config["data"]["padding"], "quantum": config["data"]["pad_quantum"],
+              "bucketing": config["data"]["bucketing"]}
+  (res / "bench" / "epoch.json").write_text(json.dumps([{
+      "setup": {"task": "synthetic", "mixer": "linear", "preset": "smoke",
+                "overrides": ["model.dim=24"], "device": "cpu:cpu"},
+      "modes": [{"mode": "fixed", "batching": batching, "steps": 30, "epoch_s": 60.0},
+                {"mode": "other", "batching": {**batching, "quantum": 7}, "steps": 1,
+                 "epoch_s": 1.0}]}]))
+  assert main([*args, "--config.model.dim=24"]) == 0
+  lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  cpu:cpu")]
+  assert lines == [
+      "  cpu:cpu (2 cores): ~1 min with evaluations, 0.30 steps/s: 2 runs of this config in "
+      "your results (results/runs/synthetic/linear/smoke_seed3, results/runs/synthetic/linear/"
+      "smoke_seed4; the median)",
+      "  cpu:cpu: ~12 s of training, evaluations not counted, 0.50 steps/s: `lra bench --epoch` "
+      f"record {res / 'bench' / 'epoch.json'} (fixed batching)"]
+
+
 def test_unknown_names_say_so(capsys):
   assert main(["run", "listops", "nope"]) == 2
   assert "Valid mixers" in capsys.readouterr().err
