@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
   check.add_argument("mixer", help=MIXER_HELP)
   check.add_argument("--dim", type=int, default=16, help="D of the small checks (default 16)")
   check.add_argument("--heads", type=int, default=2, help="H (default 2)")
+  check.add_argument("--fit", action="store_true", help="also train the mixer on the fitting "
+                     "screen (480 Pathfinder images as 4x4 squares, 600 steps, 1-3 min on one "
+                     "core): one that cannot fit them will not learn a table's task")
 
   sub.add_parser("list", help="tasks, mixers and presets (with the tasks each applies to)")
 
@@ -654,7 +657,12 @@ def check_command(args: argparse.Namespace, overrides: list[str]) -> int:
           + (f"; {len(skipped)} skipped until it passes" if skipped else ""))
     return 1
   print(f"lra check: {args.mixer} meets the mixer contract")
-  return 0
+  if not args.fit:
+    return 0
+  from lra import fit_screen
+  fit = fit_screen.screen(args.mixer, overrides=tuple(overrides))  # its --config.mixers.*
+  print(fit.line(), flush=True)
+  return 0 if fit.fits else 1
 
 
 def exit_code(result: dict) -> int:

@@ -137,7 +137,9 @@ def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
                "laptop CPU: under `laptop` the same model for every mixer, so the ordering of "
                "mixers is informative (`laptop_published`: S5's or Mega-Chunk's own "
                "architecture on the same data and budget), but not the papers' models, so the "
-               "published numbers of the same mixer are shown beside ours without a Δ. Wall "
+               "published numbers of the same mixer are shown beside ours without a Δ. "
+               "`squares` (and `squares_published`) is not an LRA task: Pathfinder's easy set "
+               "read as 64 squares of 4x4 pixels, where mixers learn on one core. Wall "
                "time: training with its "
                "evaluations, summed over a run's parts; steps/s: training steps per second in "
                "the run's last log window (evaluations excluded).")
@@ -183,26 +185,65 @@ def _published(row: dict[str, Any]) -> str:
   return f"{_fmt(row['published'])} ({STATISTIC_LABELS[row['published_statistic']]})"
 
 
+def _cpu_column(row: dict[str, Any]) -> tuple[str, str]:
+  """(task, preset family) of a CPU row: `squares` is its own column, never LRA's Pathfinder."""
+  return row["task"], "squares" if row["preset"].startswith("squares") else "laptop"
+
+
 def _cpu_summary(rows: list[dict[str, Any]], mixed: bool = False) -> str:
-  """One line per (mixer, preset, source), one column per task with a CPU run (and the same
-  mixer's published number beside it)."""
-  tasks = [t for t in LRA_TASKS if any(r["task"] == t for r in rows)]
-  lines: dict[tuple, dict[str, dict[str, Any]]] = {}
+  """One line per mixer and block (the common block, or S5's and Mega-Chunk's own under the
+  *_published presets), one column per CPU task (Pathfinder on squares apart from LRA's), the same
+  mixer's published number beside each; under it, how the squares column ranks the mixers against
+  their published Pathfinder numbers."""
+  columns = [(t, f) for t in LRA_TASKS for f in ("laptop", "squares")
+             if any(_cpu_column(r) == (t, f) for r in rows)]
+  lines: dict[tuple, dict[tuple, dict[str, Any]]] = {}
   for r in rows:
-    lines.setdefault((_mixer(r, mixed), r["preset"]), {})[r["task"]] = r
-  header = ["mixer", "preset"]
-  for t in tasks:
-    header += [TASK_TITLES[t], "published"]
+    block = "own block" if r["preset"].endswith("_published") else "common block"
+    lines.setdefault((_mixer(r, mixed), block), {})[_cpu_column(r)] = r
+  header = ["mixer", "block"]
+  for task, family in columns:
+    header += [SQUARES_TITLE if family == "squares" else TASK_TITLES[task],
+               "published (1,024 pixels)" if family == "squares" else "published"]
   body = []
-  for (mixer, preset), by_task in lines.items():
-    cells = [mixer, preset]
-    for t in tasks:
-      r = by_task.get(t)
+  for (mixer, block), by_column in lines.items():
+    cells = [mixer, block]
+    for column in columns:
+      r = by_column.get(column)
       cells += ["", ""] if r is None else [
           _cell(r["test_accuracy"], r["test_accuracy_std"], r["num_runs"],
                 at_chance=r["at_chance"]), _published(r)]
     body.append(cells)
-  return _md_table(header, body)
+  parts = [_md_table(header, body)]
+  if any(family == "squares" for _, family in columns):
+    parts.append(SQUARES_NOTE + " " + _squares_rank_line(rows))
+  return "\n\n".join(parts)
+
+
+SQUARES_TITLE = "Pathfinder, 4x4 squares"
+SQUARES_NOTE = ("Pathfinder, 4x4 squares: NOT LRA's Pathfinder but its easy set with each 4x4 "
+                "pixel square one token (64 tokens; preset `squares`, docs/protocol.md); the "
+                "published figures beside it are the 1,024-pixel task's.")
+
+
+def _squares_rank_line(rows: list[dict[str, Any]]) -> str:
+  """Spearman's rank correlation between the squares column (common block, ours) and the same
+  mixers' published Pathfinder numbers, over the mixers that have both."""
+  pairs = [(r["test_accuracy"], r["published"]) for r in rows
+           if r["preset"] == "squares" and r["published"] is not None
+           and r["test_accuracy"] is not None and r["source"] in RUN_SOURCES]
+  if len(pairs) < 3:
+    return (f"Rank correlation with the published Pathfinder column: needs 3 mixers with both, "
+            f"{len(pairs)} so far.")
+  rho = spearman([a for a, _ in pairs], [b for _, b in pairs])
+  return (f"Spearman's rank correlation between this column and the published Pathfinder "
+          f"column, over the {len(pairs)} mixers with both: {rho:+.2f}.")
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+  """Spearman's rho: Pearson's correlation of the ranks, ties given their mean rank."""
+  import pandas as pd
+  return float(pd.Series(xs).rank().corr(pd.Series(ys).rank()))
 
 
 def _cpu_table(rows: list[dict[str, Any]], mixed: bool = False) -> str:
