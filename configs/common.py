@@ -21,6 +21,8 @@ import dataclasses
 
 import ml_collections
 
+from lra import errors
+
 PRESETS = ("paper", "latte_code", "lra", "smoke", "demo")
 # S5's and Mega-Chunk's own LRA runs (configs/published.py): the LRA tasks, those two mixers.
 PUBLISHED_PRESETS = ("published",)
@@ -44,11 +46,11 @@ def parse_arg(arg: str, valid: tuple[str, ...] = PRESETS) -> tuple[str, str]:
   settings = dict(part.split("=", 1) for part in rest if "=" in part)
   unknown = [part for part in rest if "=" not in part] + sorted(set(settings) - {"mixer"})
   if unknown:
-    raise ValueError(f"Config arg {arg!r}: expected PRESET or PRESET,mixer=NAME; cannot read "
-                     f"{unknown}.")
+    raise errors.BadValue(f"Config arg {arg!r}: expected PRESET or PRESET,mixer=NAME; cannot read "
+                          f"{unknown}.")
   if preset not in valid:
-    raise ValueError(f"Unknown preset '{preset}'. Valid presets for this task: "
-                     f"{', '.join(valid)}")
+    raise errors.BadValue(f"Unknown preset '{preset}'. Valid presets for this task: "
+                          f"{', '.join(valid)}")
   return preset, settings.get("mixer", "latte")
 
 

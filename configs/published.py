@@ -14,6 +14,8 @@ import dataclasses
 
 import ml_collections
 
+from lra import errors
+
 MIXERS = ("s5", "mega")
 
 
@@ -99,9 +101,9 @@ def apply(c: ml_collections.ConfigDict, num_train: int) -> None:
     # The like-for-like preset: the same data and budget with our common block for every mixer.
     alike = ("laptop (the same data and budget)" if c.preset == "laptop_published" else
              "paper (the Latte paper's protocol, accelerator-sized)")
-    raise ValueError(f"Preset '{c.preset}' rebuilds the S5 and Mega-Chunk rows (mixers "
-                     f"{', '.join(MIXERS)}), not '{mixer}'; for a like-for-like comparison of "
-                     f"'{mixer}' use --preset {alike}.")
+    raise errors.BadValue(f"Preset '{c.preset}' rebuilds the S5 and Mega-Chunk rows (mixers "
+                          f"{', '.join(MIXERS)}), not '{mixer}'; for a like-for-like comparison of "
+                          f"'{mixer}' use --preset {alike}.")
   c.model.pos_encoding = "none"        # both rely on their recurrences for positions
   c.model.head = "mlp" if c.task == "retrieval" else "linear"
   if c.task in ("image", "pathfinder", "pathx"):

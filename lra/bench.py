@@ -21,7 +21,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from lra import memory, optim, writers
+from lra import errors, memory, optim, writers
 from lra.bench_common import compiled_flops, device_name, recorded_command
 from lra.config_loading import mixer_label, resolve_config
 from lra.isolated import call_isolated, call_logged, out_of_memory
@@ -384,8 +384,8 @@ def main(args, overrides: Sequence[str]) -> int:
   mixers = args.mixers.split(",") if args.mixers else all_mixers()
   lengths = [int(t) if t.strip().isdigit() and int(t) > 0 else 0 for t in args.lengths.split(",")]
   if 0 in lengths:
-    raise ValueError(f"--lengths {args.lengths}: expected sequence lengths >= 1 separated by "
-                     "commas, e.g. `lra bench --lengths 1024,2048`")
+    raise errors.BadValue(f"--lengths {args.lengths}: expected sequence lengths >= 1 separated by "
+                          "commas, e.g. `lra bench --lengths 1024,2048`")
   command = recorded_command()
   if args.xla_log:
     args.xla_log.parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
-from lra import run, train, writers
+from lra import errors, run, train, writers
 from lra.bench_common import compiled_flops, device_name, recorded_command
 from lra.config_loading import resolve_config
 from lra.models.build import execution_path
@@ -34,7 +34,7 @@ MODES = ("fixed", "batch", "bucketing")
 def mode_batching(mode: str, quantum: int) -> Batching:
   """fixed: pad to the task's T; batch: to each batch's longest; bucketing: batch + buckets."""
   if mode not in MODES:
-    raise ValueError(f"Unknown batching mode '{mode}'. Valid modes: {', '.join(MODES)}")
+    raise errors.BadValue(f"Unknown batching mode '{mode}'. Valid modes: {', '.join(MODES)}")
   if mode == "fixed":
     return Batching()
   return Batching(padding="batch", quantum=quantum, bucketing=mode == "bucketing")

@@ -16,6 +16,8 @@ import jax
 import numpy as np
 from flax import serialization
 
+from lra import errors
+
 FOLDER = "best_params"
 _NAME = re.compile(r"^(\d+)\.msgpack$")
 # What `model.apply` reads for inference, as lra.train.model_variables names it.
@@ -66,14 +68,14 @@ def apply(state: Any, path: Path) -> Any:
     if target is None:
       continue
     if key not in saved:
-      raise ValueError(f"{path} holds no {key}: it was not packed from this run's model")
+      raise errors.BadValue(f"{path} holds no {key}: it was not packed from this run's model")
     try:
       values = serialization.from_state_dict(target, saved[key])
     except (ValueError, KeyError) as error:
-      raise ValueError(f"{path} does not hold this run's {key} ({error})") from None
+      raise errors.BadValue(f"{path} does not hold this run's {key} ({error})") from None
     shapes = jax.tree.map(np.shape, target), jax.tree.map(np.shape, values)
     if shapes[0] != shapes[1]:
-      raise ValueError(f"{path}: its {key} have other shapes than this run's model")
+      raise errors.BadValue(f"{path}: its {key} have other shapes than this run's model")
     shardings = jax.tree.map(lambda a: a.sharding, target)
     updates[key] = jax.tree.map(lambda v, like, s: jax.device_put(np.asarray(v, like.dtype), s),
                                 values, target, shardings)

@@ -45,17 +45,17 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from lra import distributed, writers
+from lra import distributed, errors, writers
 
 MANIFEST = "lra_manifest.json"
 DAMAGED = "damaged"
 
 
-class CheckpointWriteError(OSError):
+class CheckpointWriteError(errors.UserError, OSError):
   """A checkpoint could not be written (disk full, permissions); the previous one is intact."""
 
 
-class CheckpointDamagedError(OSError):
+class CheckpointDamagedError(errors.UserError, OSError):
   """No checkpoint could be restored: the one asked for, or every latest one, is damaged."""
 
 

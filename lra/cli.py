@@ -5,11 +5,13 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 import warnings
 from pathlib import Path
 from typing import Sequence
 
 from lra import stop_after  # first: it notes when the process started (--stop-after)
+from lra import errors  # light: imports nothing
 from lra import run_summary  # light: no JAX
 
 DEMO = ("listops", "latte", "demo")
@@ -394,18 +396,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _reader_gone()
   except Exception as e:  # pylint: disable=broad-except
     _exit_if_a_peer_was_lost(e)
-    train = sys.modules.get("lra.train")  # RunFailed: logged to the run folder, one line here
-    if not isinstance(e, (KeyError, ValueError, OSError) + ((train.RunFailed,) if train else ())):
-      raise  # OSError: a full disk, a read-only dir
-    message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-    print(f"lra: error: {message}", file=sys.stderr)
-    ckpt = sys.modules.get("lra.checkpoints")
-    if as_command and ckpt and isinstance(e, ckpt.CheckpointWriteError):
-      _quiet_from_here()
-    return 2
+    return _report(e, as_command)
   except KeyboardInterrupt:
     print("\nlra: interrupted", file=sys.stderr)
     return 130
+
+
+def _report(error: Exception, as_command: bool) -> int:
+  """A mistake (lra/errors.py: the user's or their machine's) is one line and exit code 2; a bug
+  is exit code 1 with its traceback: printed here, or, for a run that failed, in the error.log its
+  one line names (train.RunFailed)."""
+  train = sys.modules.get("lra.train")
+  if train and isinstance(error, train.RunFailed):
+    print(f"lra: error: {error}", file=sys.stderr)
+    return 1
+  if not errors.is_mistake(error):
+    traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+    print(f"lra: internal error: {type(error).__name__}: {error} (a bug in lra, not a mistake in "
+          f"your command: the traceback above says where; please report it with the command)",
+          file=sys.stderr)
+    return 1
+  print(f"lra: error: {error}", file=sys.stderr)
+  ckpt = sys.modules.get("lra.checkpoints")
+  if as_command and ckpt and isinstance(error, ckpt.CheckpointWriteError):
+    _quiet_from_here()
+  return 2
 
 
 def _quiet_from_here() -> None:
@@ -445,7 +460,7 @@ def run_config(argv: Sequence[str]):
   rest, overrides = split_overrides(list(argv))
   args = build_parser().parse_args(rest)
   if args.command != "run":
-    raise ValueError(f"expected `lra run TASK MIXER ...`, got `lra {' '.join(argv)}`")
+    raise errors.BadValue(f"expected `lra run TASK MIXER ...`, got `lra {' '.join(argv)}`")
   return resolve_config(args.task, args.mixer, args.preset, _seeded(args, overrides))
 
 
@@ -567,8 +582,8 @@ def table_command(args: argparse.Namespace) -> int:
   committed = args.committed or (args.check and args.results_dir is None)
   results_dir = args.results_dir or (COMMITTED_RESULTS if committed else LOCAL_RESULTS)
   if args.results_dir is not None and not results_dir.is_dir():
-    raise FileNotFoundError(f"no runs under {results_dir}: the folder does not exist (`lra run "
-                            f"TASK MIXER --results-dir {results_dir}` writes runs there)")
+    raise errors.NotFound(f"no runs under {results_dir}: the folder does not exist (`lra run "
+                          f"TASK MIXER --results-dir {results_dir}` writes runs there)")
   readme = args.readme
   if readme is None and committed and (results_dir.parent / "README.md").exists():
     readme = results_dir.parent / "README.md"
@@ -632,8 +647,8 @@ def check_command(args: argparse.Namespace, overrides: list[str]) -> int:
   from lra.models.mixers.contract import PADS, PROPERTIES, MixerContract
   for item in overrides:
     if not item.startswith("mixers."):
-      raise ValueError(f"--config.{item}: lra check reads only --config.mixers.NAME.FIELD=VALUE "
-                       "(sizes: --dim, --heads).")
+      raise errors.BadValue(f"--config.{item}: lra check reads only "
+                            "--config.mixers.NAME.FIELD=VALUE (sizes: --dim, --heads).")
   config = base_config("check", "check", "latte", tokens=False)  # only its mixer blocks are read
   config.lock()
   use_mixer(config, args.mixer)
@@ -689,8 +704,8 @@ def _demo(args: argparse.Namespace) -> tuple[str, str, str]:
   else:
     example = "s5" if args.preset in OWN_ARCHITECTURE_PRESETS else mixer
     fix = f"name the task and mixer: `lra run {task} {example} --preset {args.preset}`"
-  raise ValueError(f"the bare `lra` runs the demo and takes --preset {' or '.join(DEMO_PRESETS)}"
-                   f", not '{args.preset}'; {fix}.")
+  raise errors.BadValue(f"the bare `lra` runs the demo and takes --preset "
+                        f"{' or '.join(DEMO_PRESETS)}, not '{args.preset}'; {fix}.")
 
 
 def _warn_unused_overrides(task: str, mixer: str, preset: str, overrides: list[str]) -> None:
@@ -715,7 +730,7 @@ def _seeded(args: argparse.Namespace, overrides: list[str]) -> list[str]:
   for item in overrides:
     key, _, value = item.partition("=")
     if key.strip() == "train.seed" and value.strip() != str(args.seed):
-      raise ValueError(f"--seed {args.seed} and --config.{item} disagree; pass one of them.")
+      raise errors.BadValue(f"--seed {args.seed} and --config.{item} disagree; pass one of them.")
   return [*overrides, f"train.seed={args.seed}"]
 
 

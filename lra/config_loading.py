@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import ml_collections
 
-from lra import run_identity
+from lra import errors, run_identity
 from lra.tasks import TASKS
 
 
@@ -21,7 +21,7 @@ def load_config(task: str, preset: str = "paper",
                 mixer: str = "latte") -> ml_collections.ConfigDict:
   """`configs/<task>.py:get_config("PRESET,mixer=MIXER")`, or an error naming what exists."""
   if task not in TASKS:
-    raise KeyError(f"Unknown task '{task}'. Valid tasks: {', '.join(sorted(TASKS))}")
+    raise errors.UnknownName(f"Unknown task '{task}'. Valid tasks: {', '.join(sorted(TASKS))}")
   return importlib.import_module(f"lra.configs.{task}").get_config(f"{preset},mixer={mixer}")
 
 
@@ -160,29 +160,29 @@ def apply_overrides(config: ml_collections.ConfigDict,
   """Applies `a.b=value` strings (the `--config.` prefix already removed).
 
   Raises:
-    KeyError for a key the config does not have (configs are locked: no silent typos),
-    ValueError for a value of the wrong type.
+    errors.UnknownName (a KeyError) for a key the config does not have (configs are locked: no
+    silent typos), errors.BadValue (a ValueError) for a value of the wrong type.
   """
   for item in overrides:
     key, sep, text = item.partition("=")
     if not sep:
-      raise ValueError(f"--config.{item}: no value; expected --config.{item}=VALUE (or "
-                       f"--config.{item} VALUE)")
+      raise errors.BadValue(f"--config.{item}: no value; expected --config.{item}=VALUE (or "
+                            f"--config.{item} VALUE)")
     node, parts = config, key.split(".")
     for i, part in enumerate(parts):
       if part not in node:
         valid = ", ".join(sorted(node.keys()))
-        raise KeyError(f"--config.{key}: '{'.'.join(parts[:i + 1])}' is not a config key. "
-                       f"Valid keys here: {valid}")
+        raise errors.UnknownName(f"--config.{key}: '{'.'.join(parts[:i + 1])}' is not a config "
+                                 f"key. Valid keys here: {valid}")
       if i < len(parts) - 1:
         node = node[part]
     current = node[parts[-1]]
     if isinstance(current, ml_collections.ConfigDict):
-      raise KeyError(f"--config.{key} is a block; set one of its keys: "
-                     f"{', '.join(sorted(current.keys()))}")
+      raise errors.UnknownName(f"--config.{key} is a block; set one of its keys: "
+                               f"{', '.join(sorted(current.keys()))}")
     try:
       value = _parse_value(text, current)
-    except (ValueError, SyntaxError) as e:
-      raise ValueError(f"--config.{key}={text}: {e} (current value {current!r})") from None
-    node[parts[-1]] = value
+      node[parts[-1]] = value
+    except (ValueError, SyntaxError, TypeError) as e:  # TypeError: the locked config's type check
+      raise errors.BadValue(f"--config.{key}={text}: {e} (current value {current!r})") from None
   return config

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lra import errors
 from lra.configs.common import CPU_PRESETS, OWN_ARCHITECTURE_PRESETS, PRESETS, PUBLISHED_PRESETS
 from lra.run import default_data_dir
 from lra.models.mixers import MIXERS, describe, entry_points
@@ -88,7 +89,7 @@ def _parse_options(items: list[str]) -> dict:
   for item in items:
     key, sep, text = item.partition("=")
     if not sep:
-      raise ValueError(f"--option {item}: expected KEY=VALUE")
+      raise errors.BadValue(f"--option {item}: expected KEY=VALUE")
     try:
       options[key] = ast.literal_eval(text)
     except (ValueError, SyntaxError):
@@ -192,7 +193,8 @@ def inspect(args: argparse.Namespace) -> int:
   indices = range(n) if args.all else [args.index]
   for index in indices:
     if not 0 <= index < n:
-      raise ValueError(f"--index {index} is out of range: split '{args.split}' has {n} examples")
+      raise errors.BadValue(f"--index {index} is out of range: split '{args.split}' has {n} "
+                            "examples")
     record = _example(data, arrays, index, task.decode)
     if args.json:
       print(json.dumps(record))

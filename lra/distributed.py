@@ -14,6 +14,8 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from lra import errors
+
 ENV_FLAG = "LRA_DISTRIBUTED"
 PEER_TIMEOUT_ENV = "LRA_PEER_TIMEOUT_S"
 DEFAULT_PEER_TIMEOUT_S = 120
@@ -65,8 +67,8 @@ def peer_timeout_s() -> int:
   except ValueError:
     seconds = 0
   if seconds < 1:
-    raise ValueError(f"{PEER_TIMEOUT_ENV}={value!r}: expected a whole number of seconds >= 1, "
-                     f"e.g. {PEER_TIMEOUT_ENV}={DEFAULT_PEER_TIMEOUT_S}")
+    raise errors.BadValue(f"{PEER_TIMEOUT_ENV}={value!r}: expected a whole number of seconds >= 1, "
+                          f"e.g. {PEER_TIMEOUT_ENV}={DEFAULT_PEER_TIMEOUT_S}")
   return seconds
 
 
@@ -142,16 +144,17 @@ def local_rows(sharding: NamedSharding, global_rows: int) -> tuple[int, int]:
       index[0] for index in sharding.addressable_devices_indices_map((global_rows,)).values())})
   start, stop = spans[0][0], spans[-1][1]
   if any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
-    raise ValueError(f"this process's devices hold non-contiguous batch rows {spans}; order "
-                     "jax.devices() by process (the default) to read one block of rows per host")
+    raise errors.BadValue(f"this process's devices hold non-contiguous batch rows {spans}; "
+                          "order jax.devices() by process (the default) to read one block of rows "
+                          "per host")
   return start, stop
 
 
 def check_divisible(name: str, batch_size: int, multiple: int) -> None:
   if batch_size % multiple:
-    raise ValueError(f"{name}={batch_size} must be a multiple of {multiple} (the "
-                     f"{jax.device_count()} devices x gradient accumulation steps); pass e.g. "
-                     f"--config.{name}={max(multiple, batch_size // multiple * multiple)}")
+    raise errors.BadValue(f"{name}={batch_size} must be a multiple of {multiple} (the "
+                          f"{jax.device_count()} devices x gradient accumulation steps); pass e.g. "
+                          f"--config.{name}={max(multiple, batch_size // multiple * multiple)}")
 
 
 def global_batch(local: Mapping[str, np.ndarray], sharding: NamedSharding,

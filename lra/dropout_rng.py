@@ -25,6 +25,8 @@ import jax.extend.random as jex_random
 import jax.numpy as jnp
 import numpy as np
 
+from lra import errors
+
 _THREEFRY = jex_random.threefry_prng_impl
 
 
@@ -65,6 +67,6 @@ def key(seed: int, bits: str = "paired") -> jax.Array:
   if bits in ("rbg", "unsafe_rbg"):
     return jax.random.key(seed, impl=bits)
   if bits != "paired":
-    raise ValueError(f"train.dropout_bits must be one of {', '.join(BITS)}, got {bits!r}")
+    raise errors.BadValue(f"train.dropout_bits must be one of {', '.join(BITS)}, got {bits!r}")
   return jax.random.wrap_key_data(jax.random.key_data(jax.random.key(seed, impl="threefry2x32")),
                                   impl=IMPL)

@@ -19,7 +19,7 @@ import numpy as np
 from flax.training.train_state import TrainState
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from lra import best_params, checkpoints, memory, train, writers
+from lra import best_params, checkpoints, errors, memory, train, writers
 from lra.run import default_data_dir, load_data
 from lra.tasks.contract.batches import indexed_eval_batches
 from lra.tasks.contract.cache import PreparedData
@@ -47,15 +47,16 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
   """
   run_dir = Path(run_dir)
   if checkpoint not in CHECKPOINTS:
-    raise ValueError(f"--checkpoint must be one of {', '.join(CHECKPOINTS)}, got {checkpoint!r}")
+    raise errors.BadValue(f"--checkpoint must be one of {', '.join(CHECKPOINTS)}, got "
+                          f"{checkpoint!r}")
   config_path = run_dir / "config.json"
   if not config_path.exists():
-    raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json). Run folders are "
-                            "results/runs/<task>/<mixer>/<run>/.")
+    raise errors.NotFound(f"{run_dir} is not a run directory (no config.json). Run folders are "
+                          "results/runs/<task>/<mixer>/<run>/.")
   config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
   data = load_data(config, data_dir or default_data_dir())
   if split not in data.meta["splits"]:
-    raise ValueError(f"--split must be one of {', '.join(data.meta['splits'])}, got {split!r}")
+    raise errors.BadValue(f"--split must be one of {', '.join(data.meta['splits'])}, got {split!r}")
   s = train.setup(config, data.spec)
   ckpt = checkpoints.Checkpointer(run_dir, keep=config.checkpoint.keep)
   try:
@@ -71,7 +72,7 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
     if carried is not None and carried[0] > step:  # from `lra unpack`, newer than any Orbax best
       state, step = best_params.apply(state, carried[1]), carried[0]
     if not step:
-      raise FileNotFoundError(
+      raise errors.NotFound(
           f"{run_dir} has no {checkpoint} checkpoint (checkpoints/ is not kept in git; rerun "
           f"`lra run {config.task} {config.model.mixer} --preset {config.preset}` to make one).")
     need = train.check_fits(config, s, state, data.spec, steps=("eval",))["eval"]

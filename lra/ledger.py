@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lra import run_summary
+from lra import errors, run_summary
 
 LEDGER = Path("results/ledger.json")
 ARCHIVE = "run.pack"  # a row's archive in its run folder (run.pack.1, .2, ... when split)
@@ -45,14 +45,14 @@ def load(path: Path = LEDGER) -> list[dict[str, Any]]:
   for index, row in enumerate(rows):
     missing = {"id", "command", "run", "steps", "spec", "cost", "why"} - set(row)
     if missing:
-      raise ValueError(f"{path}: row {index + 1} lacks {', '.join(sorted(missing))}")
+      raise errors.BadValue(f"{path}: row {index + 1} lacks {', '.join(sorted(missing))}")
     try:
       task = parsed(row).task
     except ValueError as error:
-      raise ValueError(f"{path}: row {row['id']}: {error}") from None
+      raise errors.BadValue(f"{path}: row {row['id']}: {error}") from None
     if not row["run"].startswith(f"runs/{task}/"):
-      raise ValueError(f"{path}: row {row['id']}: its run folder {row['run']} is not under "
-                       f"runs/{task}/")
+      raise errors.BadValue(f"{path}: row {row['id']}: its run folder {row['run']} is not under "
+                            f"runs/{task}/")
   return rows
 
 
@@ -74,7 +74,7 @@ def parsed(row: dict[str, Any]) -> argparse.Namespace:
     args = None
   if words[:1] != ["lra"] or args is None or args.command != "run":
     said = complaint.getvalue().strip().splitlines()
-    raise ValueError("its command must be `lra run TASK MIXER ...`" + (
+    raise errors.BadValue("its command must be `lra run TASK MIXER ...`" + (
         f" ({said[-1]})" if said else ""))
   return args
 
@@ -167,7 +167,7 @@ def docs_block(rows: list[dict[str, Any]]) -> str:
 def splice(text: str, block: str, path: Path) -> str:
   start, end = text.find(START), text.find(END)
   if start < 0 or end < start:
-    raise ValueError(f"{path}: expected the markers {START} and {END} around the ledger table")
+    raise errors.BadValue(f"{path}: expected the markers {START} and {END} around the ledger table")
   return text[:start] + block + text[end + len(END):]
 
 

@@ -17,15 +17,15 @@ from typing import Any, Mapping
 
 import ml_collections
 
-from lra import writers
+from lra import errors, writers
 
 EVENT_FILES = "events.out.tfevents.*"  # the name TensorBoard's writers give their files
 WANDB_STATE = "wandb.json"  # the run folder's W&B run: project, id, last step sent
 
 
-class MissingExtraError(ImportError, ValueError):
-  """A setting needs a package that is not installed; the message is the install command
-  (a ValueError too, so `lra` reports it in one line)."""
+class MissingExtraError(errors.MissingPackage, ValueError):
+  """A setting needs a package that is not installed; the message is the install command (a
+  ValueError too, as config checks raise)."""
 
 
 def _require(module: str, setting: str, extra: str) -> None:

@@ -11,14 +11,14 @@ import re
 import jax
 import ml_collections
 
-from lra import isolated
+from lra import errors, isolated
 
 MEMORY_ENV = "LRA_DEVICE_MEMORY"
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
-class OutOfMemoryError(OSError):
+class OutOfMemoryError(errors.UserError, OSError):
   """A step does not fit in the device's memory (estimated before running, or an allocation
   failed); the message is the one line to print."""
 
@@ -58,8 +58,8 @@ def device_bytes(device: jax.Device) -> tuple[int | None, str]:
 def parse_bytes(text: str) -> int:
   match = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", text)
   if not match or match.group(2).lower() not in _UNITS:
-    raise ValueError(f"{MEMORY_ENV}={text!r}: expected a size such as 20GiB, 512MB or a number of "
-                     f"bytes, e.g. {MEMORY_ENV}=20GiB")
+    raise errors.BadValue(f"{MEMORY_ENV}={text!r}: expected a size such as 20GiB, 512MB or a "
+                          f"number of bytes, e.g. {MEMORY_ENV}=20GiB")
   return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 

@@ -13,6 +13,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from lra import errors
+
 
 def learning_rate_schedule(train: ml_collections.ConfigDict,
                            peak: float | None = None) -> optax.Schedule:
@@ -40,8 +42,8 @@ def learning_rate_schedule(train: ml_collections.ConfigDict,
       return peak * jnp.minimum(1.0, step / warmup) / jnp.sqrt(
           jnp.maximum(step, warmup))
     return rsqrt
-  raise ValueError(f"train.schedule must be 'cosine', 'rsqrt' or 'linear', got "
-                   f"{train.schedule!r}")
+  raise errors.BadValue("train.schedule must be 'cosine', 'rsqrt' or 'linear', got "
+                        f"{train.schedule!r}")
 
 
 def ssm_params(config: ml_collections.ConfigDict) -> tuple[str, ...]:

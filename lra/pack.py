@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from lra import best_params, run_lock
+from lra import best_params, errors, run_lock
 
 PART_BYTES = 16 * 2**20
 MANIFEST = "lra_pack.json"
@@ -37,7 +37,7 @@ RUN_FILES = ("config.json", "final.json", "metrics.jsonl", "evals.jsonl")
 _PART = re.compile(r"^(.*)\.(\d+)$")
 
 
-class PackError(ValueError):
+class PackError(errors.BadValue):
   """An archive that cannot be written or read back as it was packed; one line with the fix."""
 
 

@@ -23,7 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from lra import results
+from lra import errors, results
 
 DPI = 120
 
@@ -40,8 +40,8 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
     matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
     matches = [Path(m) for m in matches if Path(m).exists()]
     if not matches:
-      raise FileNotFoundError(f"{pattern}: no such run folder (lra plot takes run folders, "
-                              "folders of runs such as results/local/runs, or globs)")
+      raise errors.NotFound(f"{pattern}: no such run folder (lra plot takes run folders, "
+                            "folders of runs such as results/local/runs, or globs)")
     for path in matches:
       if _is_run(path):
         found.append(path)
@@ -50,8 +50,8 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
                          for p in path.rglob(name) if "checkpoints" not in p.parts})
   runs = list(dict.fromkeys(found))  # in the order given, each once
   if not runs:
-    raise FileNotFoundError("no run folder (one holding metrics.jsonl) in "
-                            + ", ".join(map(str, paths)))
+    raise errors.NotFound("no run folder (one holding metrics.jsonl) in "
+                          + ", ".join(map(str, paths)))
   return runs
 
 
@@ -134,7 +134,7 @@ def curves_figure(run_dirs: Sequence[Path]) -> Figure:
       warnings.warn(f"{run_dir} has no curve yet (no metrics.jsonl record); left out",
                     results.RunFileWarning, stacklevel=2)
   if not drawn:
-    raise ValueError("none of the runs has a curve yet: nothing to plot")
+    raise errors.BadValue("none of the runs has a curve yet: nothing to plot")
   # As many legend columns as labels of this length fit across the figure (~150 characters).
   longest = max(len(label) for _, label, _ in drawn)
   columns = max(1, min(4, len(drawn), 150 // (longest + 8)))
@@ -222,7 +222,7 @@ def accuracy_against_speed(summary: pd.DataFrame, fig: Figure | None = None) -> 
   groups = list(summary.dropna(subset=["steps_per_s", "test_accuracy"])
                 .groupby(["task", "preset"], sort=True))
   if not groups:
-    raise ValueError("no complete run with a speed and a test accuracy to plot")
+    raise errors.BadValue("no complete run with a speed and a test accuracy to plot")
   columns = min(3, len(groups))
   rows = math.ceil(len(groups) / columns)
   fig = fig or Figure(dpi=DPI)

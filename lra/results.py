@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from lra import errors
 from lra.config_loading import preset_reference
 from lra.run_identity import config_fingerprint, flatten
 
@@ -43,8 +44,8 @@ def find_results_dir(start: Path | str | None = None) -> Path:
       return folder / "results"
     if folder.name == "results" and (folder / "runs").is_dir():
       return folder
-  raise FileNotFoundError(f"No results/runs/ folder in {here} or its parents; run "
-                          "`lra run TASK MIXER` first, or pass the results folder explicitly.")
+  raise errors.NotFound(f"No results/runs/ folder in {here} or its parents; run "
+                        "`lra run TASK MIXER` first, or pass the results folder explicitly.")
 
 
 def committed_results_dir() -> Path | None:

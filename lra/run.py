@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import ml_collections
 
-from lra import loggers, run_identity, run_lock, stop_after, train
+from lra import errors, loggers, run_identity, run_lock, stop_after, train
 from lra.config_loading import (data_cache_dir, default_data_dir,  # noqa: F401 (lra.run's API)
                                 default_run_dir, reference_config, resolve_config)
 from lra.memory import OutOfMemoryError
@@ -78,7 +78,7 @@ def _run_locked(config: ml_collections.ConfigDict, run_dir: Path, data_dir: Path
     reference = reference_config(config.to_dict()).to_dict()
     reasons = run_identity.same_run(stored, config.to_dict(), reference)
     if reasons:
-      raise FileExistsError(
+      raise errors.Conflict(
           f"{run_dir} holds another run ({_describe(reasons)}); pass --run-dir for a new run, "
           "or delete that folder to start over.")
   final_path = run_dir / "final.json"
@@ -90,7 +90,7 @@ def _run_locked(config: ml_collections.ConfigDict, run_dir: Path, data_dir: Path
   if recorded.get("step") and changes:
     # A resumed run on other data would report one score for two datasets, and its best-val
     # step would compare accuracies measured on different val sets.
-    raise ValueError(
+    raise errors.BadValue(
         f"{run_dir} was trained to step {recorded['step']} on other data than "
         f"{data.cache_dir} holds ({'; '.join(changes)}). Point --data-dir at the data it was "
         "trained on, or start a new run: --run-dir NEW, or delete that folder.")

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lra import errors
 from lra.run_identity import flatten
 
 # What a row of the diff is about -> the final.json keys it compares.
@@ -29,7 +30,7 @@ def _read(run_dir: Path, name: str) -> dict[str, Any]:
   try:
     return json.loads(path.read_text())
   except json.JSONDecodeError as e:
-    raise ValueError(f"{path}: not valid JSON ({e}).") from None
+    raise errors.BadValue(f"{path}: not valid JSON ({e}).") from None
 
 
 def diff_runs(run_a: Path, run_b: Path) -> list[tuple[str, str, Any, Any]]:
@@ -37,7 +38,7 @@ def diff_runs(run_a: Path, run_b: Path) -> list[tuple[str, str, Any, Any]]:
   mixer settings, only those of the mixers the two runs use."""
   for run_dir in (run_a, run_b):
     if not (Path(run_dir) / "config.json").exists():
-      raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json).")
+      raise errors.NotFound(f"{run_dir} is not a run directory (no config.json).")
   rows = []
   missing = "(absent)"
   configs = [flatten(_read(r, "config.json")) for r in (run_a, run_b)]

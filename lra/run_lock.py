@@ -25,16 +25,18 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterator
 
+from lra import errors
+
 LOCK_NAME = "lock"
 REFRESH_S = 30.0
 STALE_AFTER_S = 120.0
 
 
-class RunDirLocked(FileExistsError):
+class RunDirLocked(errors.Conflict):
   """Another live process holds the run directory."""
 
 
-class RunDirUnwritable(PermissionError):
+class RunDirUnwritable(errors.UserError, PermissionError):
   """The run directory (or its checkpoints folder) cannot be written."""
 
 

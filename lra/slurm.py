@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from lra import errors
+
 # Seconds before the time limit at which Slurm sends SIGTERM: time for the run to finish its
 # step and write a checkpoint (seconds even at paper size), with a wide margin for a slow disk.
 STOP_BEFORE_LIMIT_S = 300
@@ -35,8 +37,8 @@ def limit_seconds(time: str) -> int:
     hours, minutes, seconds = parts
     return (hours * 60 + minutes) * 60 + seconds
   except ValueError:
-    raise ValueError(f"--time {time!r}: expected Slurm's MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
-                     "D-HH:MM:SS (e.g. 08:00:00)") from None
+    raise errors.BadValue(f"--time {time!r}: expected Slurm's MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM "
+                          "or D-HH:MM:SS (e.g. 08:00:00)") from None
 
 
 def current_env_activate() -> Path | None:

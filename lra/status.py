@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from lra import ledger, results, run_summary
+from lra import errors, ledger, results, run_summary
 from lra.table_rules import COMMITTED, LRA_TASKS, OURS, TASK_TITLES
 from lra.tables import load_published
 
@@ -185,8 +185,8 @@ def main(results_dir: Path, committed: Path | None, presets: Sequence[str] | Non
   known = PRESETS + CPU_PRESETS + PUBLISHED_PRESETS
   unknown = [p for p in presets or () if p not in known]
   if unknown:
-    raise ValueError(f"lra status --presets: unknown {', '.join(unknown)}; valid presets: "
-                     f"{', '.join(known)}")
+    raise errors.BadValue(f"lra status --presets: unknown {', '.join(unknown)}; valid presets: "
+                          f"{', '.join(known)}")
   yours = _finals(results_dir)
   theirs = _finals(committed)
   costs = ledger_costs(ledger_path)

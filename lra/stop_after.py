@@ -26,6 +26,8 @@ import os
 import time
 from typing import Callable
 
+from lra import errors
+
 _clock = time.monotonic
 
 
@@ -57,8 +59,8 @@ MARGIN_S = 1.0  # final.json, closing the checkpointer, the process's exit
 def check_limit(limit_s: float | None) -> None:
   """Raises ValueError (one line) unless `limit_s` is None or a positive number of seconds."""
   if limit_s is not None and not limit_s > 0:  # NaN fails too
-    raise ValueError(f"--stop-after takes a positive number of seconds, got {limit_s:g}: e.g. "
-                     "--stop-after 3600 for an hour")
+    raise errors.BadValue(f"--stop-after takes a positive number of seconds, got {limit_s:g}: e.g. "
+                          "--stop-after 3600 for an hour")
 
 
 @dataclasses.dataclass(frozen=True)

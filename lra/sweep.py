@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from lra import errors
 from lra.slurm import STOP_BEFORE_LIMIT_S, slurm_script  # noqa: F401 (lra.sweep's API)
 from lra.config_loading import (data_cache_dir, default_data_dir, default_run_dir, missing_data,
                                 resolve_config, unused_overrides)
@@ -72,8 +73,8 @@ def plan(tasks: Sequence[str], mixers: Sequence[str], seeds: Sequence[int], *, p
   `mixers` may name groups (`builtin`, `all`: expand_mixers)."""
   mixers = expand_mixers(mixers)
   if any(o.split("=")[0].strip() == "train.seed" for o in overrides):
-    raise ValueError("lra sweep sets train.seed from --seeds; drop --config.train.seed=... and "
-                     "pass --seeds 0 1 2 instead.")
+    raise errors.BadValue("lra sweep sets train.seed from --seeds; drop --config.train.seed=... "
+                          "and pass --seeds 0 1 2 instead.")
   jobs = []
   for task in tasks:
     for mixer in mixers:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from lra import results, run_summary, table_markdown, writers
+from lra import errors, results, run_summary, table_markdown, writers
 from lra.configs import pathfinder as pathfinder_config
 # The shared rules, re-exported: callers read them as tables.LRA_TASKS etc.
 from lra.table_rules import (AVG_TASKS, CHANCE_MARGIN, COMMITTED, CPU_PRESETS,  # noqa: F401
@@ -52,19 +52,19 @@ def load_published(path: Path = REFERENCE_CSV) -> list[dict[str, str]]:
     rows = list(csv.DictReader(f))
   expected = {"model", "mixer", "settings", "statistic", *LRA_TASKS, "source"}
   if not rows or not expected <= set(rows[0]):
-    raise ValueError(f"{path}: expected columns {sorted(expected)}, found "
-                     f"{sorted(rows[0]) if rows else 'no rows'}")
+    raise errors.BadValue(f"{path}: expected columns {sorted(expected)}, found "
+                          f"{sorted(rows[0]) if rows else 'no rows'}")
   for line, row in enumerate(rows, start=2):
     if row["statistic"] not in PUBLISHED_STATISTICS:
-      raise ValueError(f"{path}:{line}: statistic is '{row['statistic']}', expected one of "
-                       f"{', '.join(PUBLISHED_STATISTICS)}")
+      raise errors.BadValue(f"{path}:{line}: statistic is '{row['statistic']}', expected one of "
+                            f"{', '.join(PUBLISHED_STATISTICS)}")
     for task in LRA_TASKS:
       if row[task] not in ("", "FAIL"):
         try:
           float(row[task])
         except ValueError:
-          raise ValueError(f"{path}:{line}: {task} is '{row[task]}', expected a percentage, "
-                           "FAIL or empty") from None
+          raise errors.BadValue(f"{path}:{line}: {task} is '{row[task]}', expected a percentage, "
+                                "FAIL or empty") from None
   return rows
 
 
@@ -387,8 +387,8 @@ def splice_readme(readme: str, block: str, path: Path, markers: tuple[str, str] 
   start_marker, end_marker = markers
   start, end = readme.find(start_marker), readme.find(end_marker)
   if start < 0 or end < start:
-    raise ValueError(f"{path}: expected the markers {start_marker} and {end_marker} around the "
-                     f"generated table; add them to the README and rerun `{command}`.")
+    raise errors.BadValue(f"{path}: expected the markers {start_marker} and {end_marker} around "
+                          f"the generated table; add them to the README and rerun `{command}`.")
   return readme[:start] + block + readme[end + len(end_marker):]
 
 

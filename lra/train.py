@@ -32,7 +32,7 @@ from flax.training.train_state import TrainState
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from lra import checkpoints, distributed, dropout_rng, interrupts, memory, optim, writers
+from lra import checkpoints, distributed, dropout_rng, errors, interrupts, memory, optim, writers
 from lra import run_identity, stop_after
 from lra.config_loading import mixer_label
 from lra.loggers import open_loggers
@@ -181,10 +181,10 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
   batches = batching_of(config)
   batches.check(spec.seq_len)
   if tc.grad_accum_steps < 1:
-    raise ValueError(f"train.grad_accum_steps must be >= 1, got {tc.grad_accum_steps}")
+    raise errors.BadValue(f"train.grad_accum_steps must be >= 1, got {tc.grad_accum_steps}")
   if config.model.get("norm") == "batch" and tc.grad_accum_steps > 1:
-    raise ValueError("model.norm=batch normalises each batch by its own statistics, which "
-                     "micro-batches would change: use train.grad_accum_steps=1.")
+    raise errors.BadValue("model.norm=batch normalises each batch by its own statistics, which "
+                          "micro-batches would change: use train.grad_accum_steps=1.")
   distributed.check_divisible("train.batch_size", tc.batch_size,
                               jax.device_count() * tc.grad_accum_steps)
   distributed.check_divisible("eval.batch_size", config.eval.batch_size, jax.device_count())
@@ -686,9 +686,10 @@ class RunFailed(Exception):
 
 
 def unexpected(error: Exception) -> bool:
-  """Not one of the stops the run reports itself in one line (an OSError such as out of memory,
-  a damaged checkpoint, a failed write; a lost peer; an error already logged)."""
-  return not isinstance(error, (OSError, distributed.PeerLost, RunFailed))
+  """Not one of the stops the run reports itself in one line: a user's or their machine's error
+  (lra/errors.py: a bad setting, out of memory, a damaged checkpoint, a failed write), a lost
+  peer, an error already logged. What is left is a bug, whose traceback goes to error.log."""
+  return not (errors.is_mistake(error) or isinstance(error, (distributed.PeerLost, RunFailed)))
 
 
 def _best_effort(ended: Callable[..., None], *args, **kwargs) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import ml_collections
 
+from lra import errors
 from lra.models import mixers
 from lra.models.encoder import Classifier, Encoder, MixerFactory
 from lra.models.mixers import find_mixer, get_mixer
@@ -29,12 +30,12 @@ def mixer_factory(config: ml_collections.ConfigDict) -> MixerFactory:
     return functools.partial(get_mixer(name), **config.mixers[name].to_dict())
   found = find_mixer(source.spec)
   if found.key != name:
-    raise ValueError(f"model.mixer is '{name}' but mixer_source is {source.spec}; pass the mixer "
-                     "as MIXER (lra run TASK MIXER) rather than --config.model.mixer.")
+    raise errors.BadValue(f"model.mixer is '{name}' but mixer_source is {source.spec}; pass the "
+                          "mixer as MIXER (lra run TASK MIXER) rather than --config.model.mixer.")
   if found.source["sha256"] != source.sha256:
-    raise ValueError(f"{source.spec} changed since this config was made (sha256 "
-                     f"{source.sha256[:8]}, now {found.source['sha256'][:8]}); run the command "
-                     "again to record the new version, or restore the file.")
+    raise errors.BadValue(f"{source.spec} changed since this config was made (sha256 "
+                          f"{source.sha256[:8]}, now {found.source['sha256'][:8]}); run the "
+                          "command again to record the new version, or restore the file.")
   return functools.partial(found.cls, **config.mixers[name].to_dict())
 
 
@@ -49,12 +50,13 @@ def build_model(config: ml_collections.ConfigDict, spec: Any) -> Classifier:
   """
   m = config.model
   if m.dtype not in DTYPES:
-    raise ValueError(f"model.dtype must be one of {DTYPES}, got {m.dtype!r}")
+    raise errors.BadValue(f"model.dtype must be one of {DTYPES}, got {m.dtype!r}")
   if m.block == "s5" and config.mixers[m.mixer].get("activation", "none") != "none":
     # S5's published block gates the SSM's output itself; a mixer that gates too would be gated
     # twice (the common block's S5 carries S5's output layer, the published block does not).
-    raise ValueError(f"model.block=s5 applies S5's output layer (model.s5_gate) itself, so the "
-                     f"mixer's own must be off: add --config.mixers.{m.mixer}.activation=none.")
+    raise errors.BadValue("model.block=s5 applies S5's output layer (model.s5_gate) itself, so "
+                          "the mixer's own must be off: add "
+                          f"--config.mixers.{m.mixer}.activation=none.")
   encoder = Encoder(vocab_size=spec.vocab_size, max_len=spec.seq_len, dim=m.dim,
                     num_layers=m.num_layers, num_heads=m.num_heads, mlp_dim=m.mlp_dim,
                     dropout_rate=m.dropout, mixer_factory=mixer_factory(config),

@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lra import errors
+
 # A mixer class with its own settings bound (functools.partial), called with the encoder's sizes:
 # mixer_factory(dim=D, num_heads=H, max_len=T, name=...). The encoder never looks mixers up by name.
 MixerFactory = Callable[..., nn.Module]
@@ -38,8 +40,9 @@ def image_patches(tokens: jax.Array, patch: int) -> jax.Array:
   length = tokens.shape[1]
   side = int(round(length ** 0.5))
   if side * side != length or side % patch:
-    raise ValueError(f"model.patch={patch} needs a square image whose side divides by {patch}, "
-                     f"but the task's sequences have {length} tokens; use model.patch=1 here")
+    raise errors.BadValue(f"model.patch={patch} needs a square image whose side divides by "
+                          f"{patch}, but the task's sequences have {length} tokens; use "
+                          "model.patch=1 here")
   grid = side // patch
   squares = tokens.reshape(tokens.shape[0], grid, patch, grid, patch).swapaxes(2, 3)
   return squares.reshape(tokens.shape[0], grid * grid, patch * patch)
@@ -79,8 +82,8 @@ class GatedMlpBlock(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array, *, deterministic: bool) -> jax.Array:
     if self.activation not in GLU_ACTIVATIONS:
-      raise ValueError(f"model.glu must be one of {sorted(GLU_ACTIVATIONS)}, got "
-                       f"{self.activation!r}")
+      raise errors.BadValue(f"model.glu must be one of {sorted(GLU_ACTIVATIONS)}, got "
+                            f"{self.activation!r}")
     gate = GLU_ACTIVATIONS[self.activation](nn.Dense(self.mlp_dim, name="gate")(x))
     y = gate * nn.Dense(self.mlp_dim, name="up")(x)
     if self.hidden_dropout:
@@ -99,7 +102,8 @@ def make_norm(norm: str, block: str, momentum: float, deterministic: bool, name:
   if norm == "batch":
     return nn.BatchNorm(use_running_average=deterministic, momentum=momentum, name=name)
   if norm != "block":
-    raise ValueError(f"model.norm must be one of {NORMS}, got {norm!r} (--config.model.norm=batch).")
+    raise errors.BadValue(f"model.norm must be one of {NORMS}, got {norm!r} "
+                          "(--config.model.norm=batch).")
   return (nn.RMSNorm if block == "plusplus" else nn.LayerNorm)(name=name)
 S5_GATES = ("half_glu1", "half_glu2")
 
@@ -152,8 +156,8 @@ class EncoderBlock(nn.Module):
   def __call__(self, x, mask, carry, deterministic: bool):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry). `deterministic` is positional for nn.remat."""
     if self.block not in BLOCKS:
-      raise ValueError(f"model.block must be one of {BLOCKS}, got {self.block!r} "
-                       f"(--config.model.block=plusplus).")
+      raise errors.BadValue(f"model.block must be one of {BLOCKS}, got {self.block!r} "
+                            "(--config.model.block=plusplus).")
     norm = lambda name: make_norm(self.norm, self.block, self.bn_momentum,  # noqa: E731
                                   deterministic, name)
     mixer = self.mixer_factory(dim=x.shape[-1], num_heads=self.num_heads, max_len=self.max_len,
@@ -161,7 +165,7 @@ class EncoderBlock(nn.Module):
     drop = lambda y: nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)  # noqa: E731
     if self.block == "s5":
       if self.s5_gate not in S5_GATES:
-        raise ValueError(f"model.s5_gate must be one of {S5_GATES}, got {self.s5_gate!r}.")
+        raise errors.BadValue(f"model.s5_gate must be one of {S5_GATES}, got {self.s5_gate!r}.")
       y, carry = mixer(norm("mixer_norm")(x), mask, deterministic=deterministic,
                        carry=carry)
       z = drop(nn.gelu(y))
@@ -259,10 +263,10 @@ class Encoder(nn.Module):
   @nn.compact
   def __call__(self, tokens: jax.Array, mask: jax.Array, *, deterministic: bool) -> jax.Array:
     if self.patch < 1:
-      raise ValueError(f"model.patch must be at least 1 (pixels per side), got {self.patch}")
+      raise errors.BadValue(f"model.patch must be at least 1 (pixels per side), got {self.patch}")
     if self.patch > 1 and self.embedding != "dense":
-      raise ValueError(f"model.patch={self.patch} embeds squares of pixel values, so it needs "
-                       f"--config.model.embedding=dense (got {self.embedding!r})")
+      raise errors.BadValue(f"model.patch={self.patch} embeds squares of pixel values, so it needs "
+                            f"--config.model.embedding=dense (got {self.embedding!r})")
     max_len = self.max_len // self.patch ** 2
     if self.embedding == "token":
       x = nn.Embed(self.vocab_size, self.dim, name="embed")(tokens)
@@ -275,21 +279,21 @@ class Encoder(nn.Module):
         mask = jnp.all(image_patches(mask, self.patch), axis=-1)
       x = nn.Dense(self.dim, name="embed")(pixels)
     else:
-      raise ValueError(f"model.embedding must be 'token' or 'dense', got {self.embedding!r}")
+      raise errors.BadValue(f"model.embedding must be 'token' or 'dense', got {self.embedding!r}")
     if self.pooling == "cls":
       cls = self.param("cls", nn.initializers.normal(0.02), (1, 1, self.dim))
       x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, self.dim)), x], axis=1)
       mask = jnp.concatenate([jnp.ones_like(mask[:, :1]), mask], axis=1)
     elif self.pooling not in ("mean", "last"):
-      raise ValueError(f"model.pooling must be 'mean', 'cls' or 'last', got {self.pooling!r}")
+      raise errors.BadValue(f"model.pooling must be 'mean', 'cls' or 'last', got {self.pooling!r}")
     length = x.shape[1]
     if self.pos_encoding == "sinusoidal":
       x = x + jnp.asarray(sinusoidal_positions(length, self.dim))[None]
     elif self.pos_encoding == "learned":
       x = x + nn.Embed(max_len + 1, self.dim, name="positions")(jnp.arange(length))[None]
     elif self.pos_encoding != "none":
-      raise ValueError(f"model.pos_encoding must be 'sinusoidal', 'learned' or 'none', got "
-                       f"{self.pos_encoding!r}")
+      raise errors.BadValue("model.pos_encoding must be 'sinusoidal', 'learned' or 'none', got "
+                            f"{self.pos_encoding!r}")
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = x.astype(self.dtype)
     carry = None
@@ -343,5 +347,5 @@ class Classifier(nn.Module):
     if self.head == "mlp":
       features = nn.gelu(nn.Dense(self.encoder.dim, name="head_hidden")(features))
     elif self.head != "linear":
-      raise ValueError(f"model.head must be one of {HEADS}, got {self.head!r}")
+      raise errors.BadValue(f"model.head must be one of {HEADS}, got {self.head!r}")
     return nn.Dense(self.num_classes, name="head_out")(features)

@@ -1,6 +1,7 @@
 """Task registry: `TASKS[name]` is the `Task` of tasks/<name>.py (six LRA tasks + extras)."""
 from __future__ import annotations
 
+from lra import errors
 from lra.tasks.generators import synthetic
 from lra.tasks.sources import image, listops, pathfinder, pathx, retrieval, text
 from lra.tasks.contract.spec import Task, TaskSpec
@@ -21,7 +22,8 @@ def get_task(name: str) -> Task:
   try:
     return TASKS[name]
   except KeyError:
-    raise KeyError(f"Unknown task '{name}'. Valid tasks: {', '.join(sorted(TASKS))}") from None
+    raise errors.UnknownName(f"Unknown task '{name}'. Valid tasks: "
+                             f"{', '.join(sorted(TASKS))}") from None
 
 
 __all__ = ["TASKS", "Task", "TaskSpec", "get_task"]

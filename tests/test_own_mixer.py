@@ -155,7 +155,7 @@ def test_a_mixer_that_raises_ends_the_run_in_one_line_with_its_traceback_logged(
       "    raise RuntimeError('the broken mixer fails\\nsecond line')"))
   run_dir = tmp_path / "run"
   assert main(["run", "synthetic", f"{path}:Broken", "--preset", "smoke", "--quiet",
-               "--data-dir", str(tmp_path / "data"), "--run-dir", str(run_dir)]) == 2
+               "--data-dir", str(tmp_path / "data"), "--run-dir", str(run_dir)]) == 1
   err = capsys.readouterr().err.strip().splitlines()
   assert err[-1] == (f"lra: error: RuntimeError: the broken mixer fails (the traceback is in "
                      f"{run_dir / 'error.log'})")

@@ -26,6 +26,7 @@ from typing import Any
 
 import flax.linen as nn
 
+from lra import errors
 from lra.models.mixers import (bigbird, cheap_linear, latte, latte_macchiato, latte_rglru,
                                latte_rglru_swa, linear, linformer, longformer, luna, mega,
                                performer, reformer, s5, softmax)
@@ -93,7 +94,8 @@ def find_mixer(spec: str) -> FoundMixer:
   where, sep, name = spec.rpartition(":")
   if not sep or not where or not name.isidentifier():
     valid = ", ".join([*MIXERS, *installed])
-    raise KeyError(f"Unknown mixer '{spec}'. Valid mixers: {valid}; or your own as {_FORMS}.")
+    raise errors.UnknownName(f"Unknown mixer '{spec}'. Valid mixers: {valid}; or your own as "
+                             f"{_FORMS}.")
   if where.endswith(".py") or "/" in where or os.sep in where:
     path = Path(os.path.normpath(where))
     spec = f"{path.as_posix()}:{name}"
@@ -103,17 +105,17 @@ def find_mixer(spec: str) -> FoundMixer:
       with _importing(spec, f"python -c 'import {where}'", missing=where):
         module = importlib.import_module(where)
     except ModuleNotFoundError as e:  # the module itself (one it imports is a MixerImportError)
-      raise KeyError(f"Mixer '{spec}': no module {where} on the Python path ({e}). For a file, "
-                     "pass path/to/file.py:ClassName.") from None
+      raise errors.UnknownName(f"Mixer '{spec}': no module {where} on the Python path ({e}). For a "
+                               "file, pass path/to/file.py:ClassName.") from None
   if not isinstance(getattr(module, name, None), type):
     found = [k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)
              and v.__module__ == module.__name__]
-    raise KeyError(f"Mixer '{spec}': {where} has no class {name}. Module classes there: "
-                   f"{', '.join(found) or 'none'}.")
+    raise errors.UnknownName(f"Mixer '{spec}': {where} has no class {name}. Module classes there: "
+                             f"{', '.join(found) or 'none'}.")
   cls = _check_contract(getattr(module, name), spec)
   if name in MIXERS:
-    raise ValueError(f"Mixer '{spec}': its class name is a registered mixer's name, which names "
-                     "its config block; rename the class.")
+    raise errors.BadValue(f"Mixer '{spec}': its class name is a registered mixer's name, which "
+                          "names its config block; rename the class.")
   return FoundMixer(name, cls, {"spec": spec, "sha256": _sha256(inspect.getsourcefile(cls))})
 
 
@@ -133,8 +135,8 @@ def default_settings(cls: type[nn.Module]) -> dict[str, Any]:
     if field.name in (*CONTRACT_FIELDS, "parent", "name") or not field.init:
       continue
     if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-      raise ValueError(f"{cls.__name__}.{field.name} has no default; give it one (it is "
-                       f"set as --config.mixers.{cls.__name__}.{field.name}=...).")
+      raise errors.BadValue(f"{cls.__name__}.{field.name} has no default; give it one (it is "
+                            f"set as --config.mixers.{cls.__name__}.{field.name}=...).")
     if field.default is None or isinstance(field.default, (bool, int, float, str)):
       settings[field.name] = field.default
   return settings
@@ -160,13 +162,13 @@ def _check_contract(cls: Any, what: str) -> type[nn.Module]:
   fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
   if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not set(
       CONTRACT_FIELDS) <= fields:
-    raise ValueError(f"Mixer {what} is not a mixer: expected a flax.linen.Module with fields "
-                     f"{', '.join(CONTRACT_FIELDS)} (found {getattr(cls, '__name__', cls)!r} with "
-                     f"fields {sorted(fields - {'parent', 'name'})}).")
+    raise errors.BadValue(f"Mixer {what} is not a mixer: expected a flax.linen.Module with fields "
+                          f"{', '.join(CONTRACT_FIELDS)} (found {getattr(cls, '__name__', cls)!r} "
+                          f"with fields {sorted(fields - {'parent', 'name'})}).")
   return cls
 
 
-class MixerImportError(ValueError):
+class MixerImportError(errors.BadValue):
   """A mixer's own module (or one it imports) fails to import: one line naming the file and line
   where it failed, not the suite's import machinery."""
 
@@ -224,7 +226,7 @@ _FILE_MODULES: dict[tuple[Path, str], Any] = {}
 def _import_file(path: Path, spec: str):
   """The module in `path`, imported once per content (an edited file is imported again)."""
   if not path.is_file():
-    raise FileNotFoundError(f"Mixer '{spec}': no file {path}; expected path/to/file.py:ClassName.")
+    raise errors.NotFound(f"Mixer '{spec}': no file {path}; expected path/to/file.py:ClassName.")
   digest = _sha256(path)
   key = (path.resolve(), digest)
   if key not in _FILE_MODULES:

@@ -14,6 +14,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lra import errors
+
 
 def cheap_linear_attention(q: jax.Array, k: jax.Array, v: jax.Array,
                            mask: jax.Array) -> jax.Array:
@@ -59,8 +61,8 @@ class CheapLinearMixer(nn.Module):
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
     if self.form not in FORMS:
-      raise ValueError(f"cheap_linear: form must be one of {FORMS}, got {self.form!r} "
-                       "(--config.mixers.cheap_linear.form=gated).")
+      raise errors.BadValue(f"cheap_linear: form must be one of {FORMS}, got {self.form!r} "
+                            "(--config.mixers.cheap_linear.form=gated).")
     h = x[:, :, None, :]                                                 # one head, [B,T,1,D]
     f = h * jax.nn.sigmoid(nn.Dense(self.dim, name="gate")(h)) if self.form == "gated" else h
     y = cheap_linear_attention(h, f, f, mask)[:, :, 0]

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lra import errors
 from lra.models.mixers.softmax import SoftmaxMixer
 
 TOLERANCE = 1e-4      # max abs change of a real output that still counts as "unchanged" in f32
@@ -54,7 +55,7 @@ class Result:
     return f"{mark}  {self.name:<19} {self.detail}"
 
 
-class MixerShapeError(ValueError):
+class MixerShapeError(errors.BadValue):
   """A mixer whose output is not (y of x's shape, carry); one line that says what it returned."""
 
 

@@ -11,6 +11,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lra import errors
+
 
 def latte_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
   """Latent attention with pads excluded from the time softmax and from its stability max.
@@ -95,8 +97,8 @@ class LatteMixer(nn.Module):
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
     if self.num_latents % self.num_heads:
-      raise ValueError(f"latte: num_latents={self.num_latents} must be a multiple of "
-                       f"num_heads={self.num_heads} (latents are split across heads).")
+      raise errors.BadValue(f"latte: num_latents={self.num_latents} must be a multiple of "
+                            f"num_heads={self.num_heads} (latents are split across heads).")
     per_head = self.num_latents // self.num_heads
     head_dim = self.dim // self.num_heads
     # One fused projection (one matmul, one read of x) split per head into q, k, v.
@@ -105,9 +107,9 @@ class LatteMixer(nn.Module):
     q, k, v = jnp.split(qkv, [per_head, 2 * per_head], axis=-1)
     if self.vapor:
       if head_dim % 2:
-        raise ValueError(f"latte: vapor=True rotates channel pairs, so dim/num_heads must be even;"
-                         f" got {head_dim}. Set --config.model.dim to a multiple of "
-                         f"2*num_heads or --config.mixers.latte.vapor=False.")
+        raise errors.BadValue("latte: vapor=True rotates channel pairs, so dim/num_heads must be "
+                              f"even; got {head_dim}. Set --config.model.dim to a multiple of "
+                              "2*num_heads or --config.mixers.latte.vapor=False.")
       theta = self.param("vapor_theta", lambda _, shape: jnp.broadcast_to(
           rope_frequencies(shape[1]), shape), (self.num_heads, head_dim // 2))
       y = vapor_latte_attention(q, k, v, mask, theta)

@@ -14,6 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lra import errors
 from lra.models.mixers.latte import latte_attention
 from lra.models.mixers.projections import project_qkv
 
@@ -85,8 +86,8 @@ class LatteMacchiatoMixer(nn.Module):
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
     if self.num_latents % self.num_heads:
-      raise ValueError(f"latte_macchiato: num_latents={self.num_latents} must be a multiple of "
-                       f"num_heads={self.num_heads} (latents are split across heads).")
+      raise errors.BadValue(f"latte_macchiato: num_latents={self.num_latents} must be a multiple "
+                            f"of num_heads={self.num_heads} (latents are split across heads).")
     per_head = self.num_latents // self.num_heads
     head_dim = self.dim // self.num_heads
     q, k, v = project_qkv(x, self.num_heads, head_dim)

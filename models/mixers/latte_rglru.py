@@ -11,6 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lra import errors
 from lra.models.mixers.latte import latte_attention
 
 RGLRU_C = 8.0  # Griffin's constant: a_t = a^(c r_t)
@@ -111,8 +112,8 @@ class LatentFeatures(nn.Module):
     if self.latent_input == "conv":
       return nn.Conv(width, (self.conv_size,), padding="SAME", name="conv")(x)
     if self.latent_input != "rglru":
-      raise ValueError(f"latent_input must be one of {LATENT_INPUTS}, got {self.latent_input!r} "
-                       f"(--config.mixers.<mixer>.latent_input).")
+      raise errors.BadValue(f"latent_input must be one of {LATENT_INPUTS}, got "
+                            f"{self.latent_input!r} (--config.mixers.<mixer>.latent_input).")
     if self.combine == "sum":
       forward, backward = RGLRU(name="rglru")(x, mask)
       return forward + backward
@@ -120,8 +121,8 @@ class LatentFeatures(nn.Module):
       (forward,) = RGLRU(name="forward")(x, mask, (False,))
       (backward,) = RGLRU(name="backward")(x, mask, (True,))
       return nn.Dense(width, name="combine")(jnp.concatenate([forward, backward], axis=-1))
-    raise ValueError(f"combine must be 'sum' or 'concat', got {self.combine!r} "
-                     f"(--config.mixers.<mixer>.combine).")
+    raise errors.BadValue(f"combine must be 'sum' or 'concat', got {self.combine!r} "
+                          "(--config.mixers.<mixer>.combine).")
 
 
 class LatteRGLRUMixer(nn.Module):
@@ -146,8 +147,8 @@ class LatteRGLRUMixer(nn.Module):
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
     if self.num_latents % self.num_heads:
-      raise ValueError(f"latte_rglru: num_latents={self.num_latents} must be a multiple of "
-                       f"num_heads={self.num_heads} (latents are split across heads).")
+      raise errors.BadValue(f"latte_rglru: num_latents={self.num_latents} must be a multiple of "
+                            f"num_heads={self.num_heads} (latents are split across heads).")
     per_head = self.num_latents // self.num_heads
     head_dim = self.dim // self.num_heads
     y = LatentFeatures(self.latent_input, self.conv_size, self.combine,

@@ -7,6 +7,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lra import errors
 from lra.models.mixers.latte import rope_frequencies, rotate_pairs
 from lra.models.mixers.latte_macchiato import latte_macchiato_attention
 from lra.models.mixers.latte_rglru import LatentFeatures
@@ -36,15 +37,15 @@ class LatteRGLRUSWAMixer(nn.Module):
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
     if self.num_latents % self.num_heads:
-      raise ValueError(f"latte_rglru_swa: num_latents={self.num_latents} must be a multiple of "
-                       f"num_heads={self.num_heads} (latents are split across heads).")
+      raise errors.BadValue(f"latte_rglru_swa: num_latents={self.num_latents} must be a multiple "
+                            f"of num_heads={self.num_heads} (latents are split across heads).")
     per_head = self.num_latents // self.num_heads
     head_dim = self.dim // self.num_heads
     q, k, v = project_qkv(x, self.num_heads, head_dim)
     if self.rope:
       if head_dim % 2:
-        raise ValueError(f"latte_rglru_swa: rope=True needs an even dim/num_heads, got "
-                         f"{head_dim}. Set --config.mixers.latte_rglru_swa.rope=False.")
+        raise errors.BadValue("latte_rglru_swa: rope=True needs an even dim/num_heads, got "
+                              f"{head_dim}. Set --config.mixers.latte_rglru_swa.rope=False.")
       angles = (jnp.arange(x.shape[1], dtype=jnp.float32)[:, None, None]
                 * rope_frequencies(head_dim // 2)[None, None])[None]      # [1,T,1,Dh/2]
       q, k = rotate_pairs(q, angles), rotate_pairs(k, angles)

@@ -8,6 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lra import errors
 from lra.models.mixers.projections import project_qkv
 from lra.models.mixers.softmax import softmax_attention
 
@@ -51,7 +52,7 @@ class LinformerMixer(nn.Module):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
     length = x.shape[1]
     if length > self.max_len:
-      raise ValueError(
+      raise errors.BadValue(
           f"linformer: input length T={length} exceeds max_len={self.max_len}, the number of rows "
           f"of its learned length projections. Build the model with max_len >= {length} (it is "
           f"the task's seq_len; re-prepare the data with a longer sequence length if needed).")

@@ -12,6 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lra import errors
 from lra.models.mixers.projections import project_qkv
 
 RELU_EPSILON = 1e-3  # the LRA code's kernel_epsilon, keeps every relu feature positive
@@ -71,7 +72,7 @@ def performer_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Arra
   elif kernel == "relu":
     phi_q, phi_k = jax.nn.relu(q) + RELU_EPSILON, jax.nn.relu(k) + RELU_EPSILON
   else:
-    raise ValueError(f"performer: kernel must be 'softmax' or 'relu', got {kernel!r}")
+    raise errors.BadValue(f"performer: kernel must be 'softmax' or 'relu', got {kernel!r}")
   phi_k = jnp.where(real, phi_k, 0.0)
   kv = jnp.einsum("bshl,bshe->bhle", phi_k, v)                      # [B,H,L,Dv]
   normaliser = jnp.einsum("bthl,bhl->bth", phi_q, jnp.sum(phi_k, axis=1))

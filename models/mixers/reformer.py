@@ -16,6 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lra import errors
 from lra.models.mixers.block_sparse import gather_positions, gathered_attention, pad_to_blocks
 
 
@@ -163,8 +164,9 @@ class ReformerMixer(nn.Module):
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
     if self.num_buckets % 2:
-      raise ValueError(f"reformer: num_buckets must be even (buckets are argmax over [xR, -xR]),"
-                       f" got {self.num_buckets}. Set --config.mixers.reformer.num_buckets.")
+      raise errors.BadValue("reformer: num_buckets must be even (buckets are argmax over [xR, "
+                            f"-xR]), got {self.num_buckets}. Set "
+                            "--config.mixers.reformer.num_buckets.")
     head_dim = self.dim // self.num_heads
     qk, v = jnp.split(nn.DenseGeneral((2, self.num_heads, head_dim), name="qkv")(x), 2, axis=2)
     layer = zlib.crc32("/".join(self.scope.path).encode())

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lra import errors
 from lra.models.mixers import s5_init
 
 
@@ -123,11 +124,11 @@ class S5Mixer(nn.Module):
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
     if self.c_init not in C_INITS:
-      raise ValueError(f"s5: c_init must be one of {C_INITS}, got {self.c_init!r} "
-                       "(--config.mixers.s5.c_init=lecun_normal).")
+      raise errors.BadValue(f"s5: c_init must be one of {C_INITS}, got {self.c_init!r} "
+                            "(--config.mixers.s5.c_init=lecun_normal).")
     if self.activation not in ACTIVATIONS:
-      raise ValueError(f"s5: activation must be one of {ACTIVATIONS}, got {self.activation!r} "
-                       "(--config.mixers.s5.activation=half_glu1).")
+      raise errors.BadValue(f"s5: activation must be one of {ACTIVATIONS}, got {self.activation!r} "
+                            "(--config.mixers.s5.activation=half_glu1).")
     lam0, v, v_inv = s5_init.block_diagonal_init(self.state_size, self.blocks)
     full, d = self.state_size, self.dim
     lam_re = self.param("Lambda_re", lambda _: jnp.asarray(lam0.real, jnp.float32))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from lra import errors
+
 
 def hippo_legs(n: int) -> np.ndarray:
   """[n,n] the HiPPO-LegS state matrix A (lower triangular, negative diagonal -(n+1))."""
@@ -52,9 +54,9 @@ def block_diagonal_init(state_size: int, blocks: int) -> tuple[np.ndarray, np.nd
       transposes, to express a real B (P x D) as V_inv B and a real C (D x P) as C V.
   """
   if state_size % blocks or (state_size // blocks) % 2:
-    raise ValueError(f"s5: state_size={state_size} must be an even multiple of blocks={blocks} "
-                     "(P/J modes per block, kept in conjugate pairs); e.g. "
-                     "--config.mixers.s5.state_size=256 --config.mixers.s5.blocks=8.")
+    raise errors.BadValue(f"s5: state_size={state_size} must be an even multiple of "
+                          f"blocks={blocks} (P/J modes per block, kept in conjugate pairs); e.g. "
+                          "--config.mixers.s5.state_size=256 --config.mixers.s5.blocks=8.")
   size = state_size // blocks
   lam, v = diagonalise_hippo_n(size)
   lam, v = lam[: size // 2], v[:, : size // 2]

@@ -7,6 +7,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lra import errors
 from lra.models.mixers.projections import project_qkv
 
 # "einsum": the formula below, in one piece or query chunks; "xla" and "cudnn": the two
@@ -55,16 +56,16 @@ def implementation_for(implementation: str, dtype, head_dim: int | None) -> str:
   compute exactly what they did before the setting existed. An explicit "cudnn" that cannot run
   is a one-line error saying why."""
   if implementation not in IMPLEMENTATIONS:
-    raise ValueError(f"mixers.softmax.implementation must be one of {', '.join(IMPLEMENTATIONS)}; "
-                     f"found {implementation!r}.")
+    raise errors.BadValue("mixers.softmax.implementation must be one of "
+                          f"{', '.join(IMPLEMENTATIONS)}; found {implementation!r}.")
   if implementation not in ("auto", "cudnn"):
     return implementation
   refusal = _cudnn_refusal(jnp.dtype(dtype).name, head_dim)
   if implementation == "auto":
     return "einsum" if refusal else "cudnn"
   if refusal:
-    raise ValueError(f"mixers.softmax.implementation=cudnn cannot run: {refusal}. Pass "
-                     "--config.mixers.softmax.implementation=auto (or xla).")
+    raise errors.BadValue(f"mixers.softmax.implementation=cudnn cannot run: {refusal}. Pass "
+                          "--config.mixers.softmax.implementation=auto (or xla).")
   return "cudnn"
 
 

@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
+from lra import errors
+
 _TMP, _OLD = ".tmp-", ".old-"
 
 
@@ -104,7 +106,7 @@ def _swap(new: Path, target: Path) -> None:
       if moved:
         shutil.rmtree(old, ignore_errors=True)
   else:
-    raise FileExistsError(f"Could not put {new} in place of {target}: other processes keep "
+    raise errors.Conflict(f"Could not put {new} in place of {target}: other processes keep "
                           "replacing it; run one prepare at a time.")
   _sync_dir(target.parent)
   if old.exists():
@@ -121,7 +123,7 @@ def replacing(target: Path, log=lambda msg: print(msg, file=sys.stderr)) -> Iter
   if target.is_symlink():
     target = target.resolve()  # replace the folder the link points to, not the link
   if target.exists() and not target.is_dir():
-    raise FileExistsError(f"{target} exists and is not a folder.")
+    raise errors.Conflict(f"{target} exists and is not a folder.")
   target.parent.mkdir(parents=True, exist_ok=True)
   recover(target, log)
   new = target.parent / f".{target.name}{_TMP}{_owner()}"

@@ -18,6 +18,7 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
+from lra import errors
 from lra.tasks.contract.spec import TaskSpec
 
 PADDINGS = ("fixed", "batch")
@@ -43,14 +44,14 @@ class Batching:
   def check(self, seq_len: int) -> None:
     """Raises ValueError with the fix for settings that cannot work for a task of length T."""
     if self.padding not in PADDINGS:
-      raise ValueError(f"data.padding must be one of {PADDINGS}, got {self.padding!r}")
+      raise errors.BadValue(f"data.padding must be one of {PADDINGS}, got {self.padding!r}")
     if self.bucketing and self.padding != "batch":
-      raise ValueError("data.bucketing=True needs per-batch padding: pass "
-                       "--config.data.padding=batch as well")
+      raise errors.BadValue("data.bucketing=True needs per-batch padding: pass "
+                            "--config.data.padding=batch as well")
     if self.quantum < 1:
-      raise ValueError(f"data.pad_quantum must be >= 1, got {self.quantum}")
+      raise errors.BadValue(f"data.pad_quantum must be >= 1, got {self.quantum}")
     if self.padding == "batch" and math.ceil(seq_len / self.quantum) > MAX_SHAPES:
-      raise ValueError(
+      raise errors.BadValue(
           f"data.pad_quantum={self.quantum} gives up to {math.ceil(seq_len / self.quantum)} batch "
           f"lengths for T={seq_len}, each compiled separately; pass "
           f"--config.data.pad_quantum={math.ceil(seq_len / MAX_SHAPES)} or more")
@@ -119,7 +120,7 @@ def make_batch(arrays: Mapping[str, np.ndarray], indices: np.ndarray, spec: Task
 
 def steps_per_epoch(num_examples: int, batch_size: int) -> int:
   if num_examples < batch_size:
-    raise ValueError(f"Batch size {batch_size} exceeds the {num_examples} training examples.")
+    raise errors.BadValue(f"Batch size {batch_size} exceeds the {num_examples} training examples.")
   return num_examples // batch_size
 
 

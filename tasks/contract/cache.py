@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lra import errors
 from lra.tasks.contract import integrity
 from lra.tasks.contract.spec import TaskSpec
 
@@ -28,11 +29,11 @@ _REQUIRED = {"task": str, "vocab_size": int, "seq_len": int, "num_classes": int,
              "arrays": dict, "source": dict, "options": dict, "tokenizer": str}
 
 
-class DataMissingError(FileNotFoundError):
+class DataMissingError(errors.NotFound):
   """The cache is absent; the message says which command makes it."""
 
 
-class CacheDamagedError(ValueError):
+class CacheDamagedError(errors.BadValue):
   """A cache file does not match meta.json (or meta.json is unreadable); one line with the fix."""
 
   def __init__(self, path: Path, problem: str, command: str):
@@ -40,7 +41,7 @@ class CacheDamagedError(ValueError):
     super().__init__(f"{path}: {problem}. Rebuild the cache: {command}")
 
 
-class CacheWriteError(OSError):
+class CacheWriteError(errors.UserError, OSError):
   """Writing a new cache failed (a full disk, a read-only folder); the old cache is untouched."""
 
   def __init__(self, path: Path, error: OSError):
@@ -148,8 +149,8 @@ class PreparedData:
 
   def split(self, name: str) -> dict[str, np.ndarray]:
     if name not in self.meta["splits"]:
-      raise KeyError(f"Split '{name}' not in {self.cache_dir} "
-                     f"(has: {', '.join(self.meta['splits'])})")
+      raise errors.UnknownName(f"Split '{name}' not in {self.cache_dir} "
+                               f"(has: {', '.join(self.meta['splits'])})")
     return {key: np.load(array_path(self.cache_dir, name, key), mmap_mode="r")
             for key in (*self.input_keys, "label")}
 

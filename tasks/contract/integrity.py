@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lra import errors
 from lra.tasks.contract.fingerprint import file_checksum
 
 _BLOCK = 1 << 12
@@ -52,7 +53,7 @@ def describe(path: Path) -> dict:
   shape, dtype, expected = read_header(path)
   size = Path(path).stat().st_size
   if size != expected:
-    raise ValueError(f"{path} has {size:,} bytes; its header implies {expected:,}.")
+    raise errors.BadValue(f"{path} has {size:,} bytes; its header implies {expected:,}.")
   return {"shape": list(shape), "dtype": dtype.str, "bytes": size,
           "sha256": "sha256:" + file_checksum(path), "sample": sample_digest(path, size)}
 

@@ -11,6 +11,7 @@ import random
 import statistics
 from pathlib import Path
 
+from lra import errors
 from lra.tasks.contract.atomic import replacing
 from lra.tasks.contract.progress import Meter
 
@@ -108,7 +109,7 @@ def write_release(out_dir: Path, *, num_train: int = 96_000, num_val: int = 2_00
   others = sorted(p.name for p in out_dir.iterdir() if p.name not in names) if (
       out_dir.is_dir()) else []
   if others:
-    raise FileExistsError(f"{out_dir} holds other files ({', '.join(others[:3])}); the generator "
+    raise errors.Conflict(f"{out_dir} holds other files ({', '.join(others[:3])}); the generator "
                           f"replaces the whole folder. Pass a new or empty --out folder.")
   counts = {"train": num_train, "val": num_val, "test": num_test}
   examples = None

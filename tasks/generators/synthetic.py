@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lra import errors
 from lra.tasks.contract.atomic import replacing
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.cache import SPLITS
@@ -31,8 +32,8 @@ def generate_split(num: int, *, seq_len: int, min_length: int, num_values: int,
                    num_fillers: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
   """inputs [N,T] uint16 (0-padded on the right) and labels [N] int32 of one split."""
   if not 2 <= min_length <= seq_len:
-    raise ValueError(f"synthetic: need 2 <= min_length <= seq_len, got min_length={min_length}, "
-                     f"seq_len={seq_len}")
+    raise errors.BadValue("synthetic: need 2 <= min_length <= seq_len, got "
+                          f"min_length={min_length}, seq_len={seq_len}")
   lengths = rng.integers(min_length, seq_len + 1, size=num)
   first, last = rng.integers(0, num_values, size=(2, num))
   inputs = rng.integers(2 * num_values + 1, 2 * num_values + 1 + num_fillers, size=(num, seq_len))
@@ -51,7 +52,7 @@ def prepare(source: Path, out_dir: Path, **options) -> dict:
   settings.update(options)
   unknown = sorted(set(settings) - set(DEFAULTS))
   if unknown:
-    raise ValueError(f"synthetic: unknown settings {unknown}; valid: {', '.join(DEFAULTS)}")
+    raise errors.BadValue(f"synthetic: unknown settings {unknown}; valid: {', '.join(DEFAULTS)}")
   # The source of generated data is its settings: their digest stands in for a file checksum.
   canonical = json.dumps(settings, sort_keys=True).encode()
   v, f = settings["num_values"], settings["num_fillers"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lra import errors
 from lra.tasks.sources import pixels, tfds_reader
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.fingerprint import sha256_of
@@ -77,12 +78,12 @@ def _unpickle_batch(data: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
     images = np.asarray(batch.get(b"data", batch.get("data")))
     labels = np.asarray(batch.get(b"labels", batch.get("labels")), dtype=np.int64)
   except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError) as e:
-    raise ValueError(f"{where}: not a CIFAR-10 python batch ({e}).\nTry: {COMMAND}") from None
+    raise errors.BadValue(f"{where}: not a CIFAR-10 python batch ({e}).\nTry: {COMMAND}") from None
   if images.dtype != np.uint8 or images.ndim != 2 or images.shape[1] != 3 * SEQ_LEN:
-    raise ValueError(f"{where}: expected b'data' uint8 [N, 3072], found {images.dtype} "
-                     f"{list(images.shape)}.")
+    raise errors.BadValue(f"{where}: expected b'data' uint8 [N, 3072], found {images.dtype} "
+                          f"{list(images.shape)}.")
   if labels.shape != (len(images),) or labels.min(initial=0) < 0 or labels.max(initial=0) > 9:
-    raise ValueError(f"{where}: expected {len(images)} b'labels' in 0..9.")
+    raise errors.BadValue(f"{where}: expected {len(images)} b'labels' in 0..9.")
   # The pickles store each image channel-major: 1024 red, 1024 green, 1024 blue values.
   return images.reshape(-1, 3, SIDE, SIDE).transpose(0, 2, 3, 1), labels
 
@@ -116,8 +117,8 @@ def _batch_paths(folder: Path) -> list[Path]:
   paths = [folder / name for names in BATCH_FILES.values() for name in names]
   missing = [p.name for p in paths if not p.is_file()]
   if missing:
-    raise FileNotFoundError(f"{folder} lacks {', '.join(missing)} (expected data_batch_1..5 and "
-                            f"test_batch).\nTry: {COMMAND}")
+    raise errors.NotFound(f"{folder} lacks {', '.join(missing)} (expected data_batch_1..5 and "
+                          f"test_batch).\nTry: {COMMAND}")
   return paths
 
 
@@ -128,7 +129,7 @@ def _checksums(src: _Source) -> dict[str, str]:
     return sha256_of(src.path.parent, [src.path])
   files = sorted(p for p in (src.path / TFDS_NAME).rglob("*") if p.is_file())
   if not any(p.name == "dataset_info.json" for p in files):
-    raise FileNotFoundError(
+    raise errors.NotFound(
         f"TFDS data dir {src.path} has no prepared {TFDS_NAME} (expected {src.path / TFDS_NAME}"
         f"/<version>/dataset_info.json and its tfrecord files). This suite never downloads: "
         f"prepare cifar10 with TFDS yourself, or use the python pickles.\nTry: {COMMAND}")
@@ -161,8 +162,8 @@ def _read(src: _Source) -> dict[str, tuple[np.ndarray, np.ndarray]]:
           add(name, archive.extractfile(member).read())
     missing = sorted(wanted - set(gray))
     if missing:
-      raise FileNotFoundError(f"{src.path} lacks cifar-10-batches-py/{{{', '.join(missing)}}}.\n"
-                              f"Try: {COMMAND}")
+      raise errors.NotFound(f"{src.path} lacks cifar-10-batches-py/{{{', '.join(missing)}}}.\n"
+                            f"Try: {COMMAND}")
   return {split: (np.concatenate([gray[n][0] for n in names]),
                   np.concatenate([gray[n][1] for n in names]))
           for split, names in BATCH_FILES.items()}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lra import errors
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.fingerprint import sha256_of
 from lra.tasks.contract.progress import Meter
@@ -48,7 +49,7 @@ def read_tsv(path: Path, meter: Meter | None = None) -> tuple[list[list[int]], l
   with open(path, encoding="utf-8") as f:
     header = f.readline().rstrip("\n").split("\t")
     if header != ["Source", "Target"]:
-      raise ValueError(f"{path}:1: expected the header 'Source<TAB>Target', found {header!r}")
+      raise errors.BadValue(f"{path}:1: expected the header 'Source<TAB>Target', found {header!r}")
     for line_number, line in enumerate(f, start=2):
       if meter is not None:
         meter.advance(len(line))
@@ -57,16 +58,16 @@ def read_tsv(path: Path, meter: Meter | None = None) -> tuple[list[list[int]], l
         continue
       fields = line.split("\t")
       if len(fields) != 2:
-        raise ValueError(f"{path}:{line_number}: expected 2 tab-separated fields "
-                         f"(Source, Target), found {len(fields)}")
+        raise errors.BadValue(f"{path}:{line_number}: expected 2 tab-separated fields "
+                              f"(Source, Target), found {len(fields)}")
       source, target = fields
       if target.strip() not in {str(d) for d in range(NUM_CLASSES)}:
-        raise ValueError(f"{path}:{line_number}: Target must be a digit 0-9, found {target!r}")
+        raise errors.BadValue(f"{path}:{line_number}: Target must be a digit 0-9, found {target!r}")
       try:
         tokens.append(tokenize(source))
       except KeyError as e:
-        raise ValueError(f"{path}:{line_number}: unknown ListOps symbol {e.args[0]!r} "
-                         f"(valid: {' '.join(SYMBOLS[1:])} and parentheses)") from None
+        raise errors.BadValue(f"{path}:{line_number}: unknown ListOps symbol {e.args[0]!r} "
+                              f"(valid: {' '.join(SYMBOLS[1:])} and parentheses)") from None
       labels.append(int(target))
   return tokens, labels
 
@@ -90,8 +91,8 @@ def prepare(source: Path, out_dir: Path, *, seq_len: int | None = None) -> dict:
   paths = {split: folder / name for split, name in SPLIT_FILES.items()}
   missing = [str(p) for p in paths.values() if not p.exists()]
   if missing:
-    raise FileNotFoundError("Missing ListOps files:\n  " + "\n  ".join(missing) +
-                            f"\nTry: {GENERATE_COMMAND}")
+    raise errors.NotFound("Missing ListOps files:\n  " + "\n  ".join(missing) +
+                          f"\nTry: {GENERATE_COMMAND}")
   recipe = Recipe(
       task="listops", source_path=folder, source_format="LRA listops TSV",
       checksums=sha256_of(folder, paths.values()),
@@ -105,7 +106,7 @@ def prepare(source: Path, out_dir: Path, *, seq_len: int | None = None) -> dict:
     longest = max(len(t) for tokens, _ in parsed.values() for t in tokens)
     length = int(seq_len or math.ceil(longest / 16) * 16)
     if longest > length:
-      raise ValueError(f"listops: an example has {longest} tokens, more than seq_len={length}")
+      raise errors.BadValue(f"listops: an example has {longest} tokens, more than seq_len={length}")
     for split, (tokens, labels) in parsed.items():
       inputs = np.zeros((len(tokens), length), dtype=np.uint16)
       for row, ids in enumerate(tokens):

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from lra import errors
 from lra.tasks.generators.pathfinder import generate as pathfinder_generator
 from lra.tasks.generators.pathfinder.metadata import read_metadata
 from lra.tasks.sources import pixels
@@ -51,15 +52,15 @@ def _locate(source: Path, side: int, difficulty: str, task: str) -> Path:
                          f"the {side}x{side} {difficulty} Pathfinder set "
                          f"(pathfinder{side}/{folder}/ with imgs/ and metadata/)", command(task))
   if not (root / "metadata").is_dir():
-    raise FileNotFoundError(f"{root} has no metadata/ folder (expected metadata/<batch>.npy files "
-                            f"beside imgs/).\nTry: {command(task)}")
+    raise errors.NotFound(f"{root} has no metadata/ folder (expected metadata/<batch>.npy files "
+                          f"beside imgs/).\nTry: {command(task)}")
   return root
 
 
 def _metadata_files(root: Path) -> list[Path]:
   files = [p for p in (root / "metadata").iterdir() if p.is_file() and p.suffix == ".npy"]
   if not files:
-    raise FileNotFoundError(f"{root / 'metadata'} holds no <batch>.npy files.")
+    raise errors.NotFound(f"{root / 'metadata'} holds no <batch>.npy files.")
   return sorted(files, key=lambda p: (not p.stem.isdigit(), int(p.stem) if p.stem.isdigit() else 0,
                                       p.name))
 
@@ -151,13 +152,13 @@ def prepare_resolution(side: int, task: str, source: Path, out_dir: Path, *,
     the cached arrays are intact.
   """
   if difficulty not in DIFFICULTIES:
-    raise ValueError(f"Unknown difficulty '{difficulty}'. Valid: {', '.join(DIFFICULTIES)}.")
+    raise errors.BadValue(f"Unknown difficulty '{difficulty}'. Valid: {', '.join(DIFFICULTIES)}.")
   seed = int(split_seed)
   root = _locate(source, side, difficulty, task)
   metadata = _metadata_files(root)
   paths, labels = _listing(root, metadata)
   if not paths:
-    raise ValueError(f"The metadata files in {root / 'metadata'} list no images.")
+    raise errors.BadValue(f"The metadata files in {root / 'metadata'} list no images.")
   checksums = sha256_of(root, metadata)
   checksums["imgs (listed in metadata)"] = stat_digest(root, paths)
   options = {"difficulty": difficulty, "split_seed": seed}
@@ -191,8 +192,8 @@ def _write(out: CacheWriter, *, task: str, root: Path, paths: list[str], labels:
       if reason is None:
         continue
       if reason.startswith("size"):
-        raise ValueError(f"{paths[start + i]}: expected a {side}x{side} image, found {reason[5:]}."
-                         f" Is this pathfinder{side}?\nTry: {command(task)}")
+        raise errors.BadValue(f"{paths[start + i]}: expected a {side}x{side} image, found "
+                              f"{reason[5:]}. Is this pathfinder{side}?\nTry: {command(task)}")
       skipped[reason] = skipped.get(reason, 0) + 1
       if len(shown) < _SHOWN_SKIPS:
         shown.append(f"{Path(paths[start + i]).relative_to(root).as_posix()}: {reason}")
@@ -207,8 +208,8 @@ def _write(out: CacheWriter, *, task: str, root: Path, paths: list[str], labels:
     counts[split] = writer.close()
     out.write(split, "label", np.concatenate(parts))
   if not all(counts.values()):
-    raise ValueError(f"An empty split after skipping unreadable images: {counts}, skipped "
-                     f"{skipped}. Is {root} complete?")
+    raise errors.BadValue(f"An empty split after skipping unreadable images: {counts}, skipped "
+                          f"{skipped}. Is {root} complete?")
   print(f"{task}: prepared {counts} from {root}; skipped {sum(skipped.values())} "
         f"({skipped or 'none'}).", flush=True)
   return {"vocab_size": pixels.VOCAB_SIZE, "seq_len": side * side, "num_classes": NUM_CLASSES,

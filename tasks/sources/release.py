@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, TypeVar
 
+from lra import errors
+
 NESTINGS = ("", "lra_release", "lra_release/lra_release")
 # Where the LRA authors publish the release (google-research/long-range-arena README; about 7.7 GB).
 RELEASE_URL = "https://storage.googleapis.com/long-range-arena/lra_release.gz"
@@ -31,8 +33,8 @@ def locate(source: Path, find: Callable[[Path], Found | None], what: str, comman
   """
   source = Path(source).expanduser()
   if not source.exists():
-    raise FileNotFoundError(f"Source path {source} does not exist. Expected {what}.\n"
-                            f"Try: {command}")
+    raise errors.NotFound(f"Source path {source} does not exist. Expected {what}.\n"
+                          f"Try: {command}")
   looked = []
   for nesting in NESTINGS:
     root = source / nesting if nesting else source
@@ -40,8 +42,8 @@ def locate(source: Path, find: Callable[[Path], Found | None], what: str, comman
     if found is not None:
       return found
     looked.append(str(root / shown if shown else root))
-  raise FileNotFoundError(f"Could not find {what} under {source}. Looked at:\n  "
-                          + "\n  ".join(looked) + f"\nTry: {command}")
+  raise errors.NotFound(f"Could not find {what} under {source}. Looked at:\n  "
+                        + "\n  ".join(looked) + f"\nTry: {command}")
 
 
 def find_in_release(source: Path, relative: str, what: str, command: str) -> Path:

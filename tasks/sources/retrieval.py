@@ -11,6 +11,7 @@ from typing import Iterator
 
 import numpy as np
 
+from lra import errors
 from lra.tasks.sources import bytes_tokenizer
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.cache import SPLITS
@@ -32,8 +33,8 @@ def _locate(source: Path) -> dict[str, Path]:
                            + ", ".join(FILES.values()), COMMAND)
   missing = [name for name in FILES.values() if not (folder / name).is_file()]
   if missing:
-    raise FileNotFoundError(f"{folder} lacks {', '.join(missing)} (expected all of "
-                            f"{', '.join(FILES.values())}).\nTry: {COMMAND}")
+    raise errors.NotFound(f"{folder} lacks {', '.join(missing)} (expected all of "
+                          f"{', '.join(FILES.values())}).\nTry: {COMMAND}")
   return {split: folder / name for split, name in FILES.items()}
 
 
@@ -50,15 +51,15 @@ def _parse(path: Path, number: int, line: bytes) -> tuple[int, bytes, bytes]:
   """(label, text1, text2) of one `label<TAB>id1<TAB>id2<TAB>text1<TAB>text2` row."""
   fields = line.split(b"\t")
   if len(fields) != 5:
-    raise ValueError(f"{path}:{number}: expected 5 tab-separated fields (label, id1, id2, text1, "
-                     f"text2), found {len(fields)}.")
+    raise errors.BadValue(f"{path}:{number}: expected 5 tab-separated fields (label, id1, id2, "
+                          f"text1, text2), found {len(fields)}.")
   try:
     value = float(fields[0])
   except ValueError:
-    raise ValueError(f"{path}:{number}: label {fields[0][:20]!r} is not a number "
-                     f"(expected 0 or 1, possibly written 0.0 or 1.0).") from None
+    raise errors.BadValue(f"{path}:{number}: label {fields[0][:20]!r} is not a number "
+                          "(expected 0 or 1, possibly written 0.0 or 1.0).") from None
   if value not in (0.0, 1.0):
-    raise ValueError(f"{path}:{number}: label {fields[0][:20]!r} is not 0 or 1.")
+    raise errors.BadValue(f"{path}:{number}: label {fields[0][:20]!r} is not 0 or 1.")
   return int(value), fields[3], fields[4]
 
 
@@ -102,7 +103,7 @@ def prepare(source: Path, out_dir: Path) -> dict:
     for split in SPLITS:
       counts[split], truncated[split] = _write_split(paths[split], out, split)
       if not counts[split]:
-        raise ValueError(f"{paths[split]} has no rows.\nTry: {COMMAND}")
+        raise errors.BadValue(f"{paths[split]} has no rows.\nTry: {COMMAND}")
     print(f"retrieval: prepared {counts} pairs from {folder}.", flush=True)
     return {"vocab_size": bytes_tokenizer.VOCAB_SIZE, "seq_len": SEQ_LEN,
             "num_classes": NUM_CLASSES, "dual": True, "pad_id": bytes_tokenizer.PAD_ID,

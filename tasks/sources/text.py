@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lra import errors
 from lra.tasks.sources import bytes_tokenizer, tfds_reader
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.cache import SPLITS
@@ -70,12 +71,12 @@ def _folder_files(root: Path) -> list[tuple[str, int, int, Path]]:
       folder = root / split / name
       files = sorted(folder.glob("*.txt")) if folder.is_dir() else []
       if not files:
-        raise FileNotFoundError(f"Expected review files {folder}/<id>_<rating>.txt, found none.\n"
-                                f"Is {root} a complete unpacked aclImdb_v1.tar.gz? Try: {COMMAND}")
+        raise errors.NotFound(f"Expected review files {folder}/<id>_<rating>.txt, found none.\n"
+                              f"Is {root} a complete unpacked aclImdb_v1.tar.gz? Try: {COMMAND}")
       for f in files:
         match = _REVIEW_NAME.fullmatch(f.name)
         if match is None:
-          raise ValueError(f"Unexpected file name {f} (expected <id>_<rating>.txt).")
+          raise errors.BadValue(f"Unexpected file name {f} (expected <id>_<rating>.txt).")
         entries.append((split, label, int(match.group(1)), f))
   return sorted(entries, key=lambda e: e[:3])
 
@@ -89,7 +90,7 @@ def _checksums(src: _Source) -> dict[str, str]:
   tfds_dir = src.path / TFDS_NAME
   files = sorted(p for p in tfds_dir.rglob("*") if p.is_file())
   if not any(p.name == "dataset_info.json" for p in files):
-    raise FileNotFoundError(
+    raise errors.NotFound(
         f"TFDS data dir {src.path} has no prepared {TFDS_NAME} (expected "
         f"{tfds_dir}/<version>/dataset_info.json and its tfrecord files). This suite never "
         f"downloads: prepare imdb_reviews with TFDS yourself, or use aclImdb instead.\n"
@@ -118,8 +119,8 @@ def _read_reviews(src: _Source) -> dict[str, tuple[list[bytes], np.ndarray]]:
   for split in ("train", "test"):
     chosen = [r for r in rows if r[0] == split]
     if not chosen:
-      raise ValueError(f"{src.path} holds no aclImdb/{split}/{{pos,neg}}/*.txt reviews.\n"
-                       f"Try: {COMMAND}")
+      raise errors.BadValue(f"{src.path} holds no aclImdb/{split}/{{pos,neg}}/*.txt reviews.\n"
+                            f"Try: {COMMAND}")
     out[split] = ([r[3] for r in chosen], np.array([r[1] for r in chosen], dtype=np.int32))
   return out
 
@@ -149,7 +150,7 @@ def prepare(source: Path, out_dir: Path, *, val_from_train_fraction: float = 0.0
   """
   fraction, seed = float(val_from_train_fraction), int(split_seed)
   if not 0.0 <= fraction < 1.0:
-    raise ValueError(f"val_from_train_fraction must be in [0, 1), got {fraction} "
+    raise errors.BadValue(f"val_from_train_fraction must be in [0, 1), got {fraction} "
                      f"(0 = the LRA convention: validate on the test set).")
   src = _locate(source)
   options = {"val_from_train_fraction": fraction}
@@ -165,8 +166,8 @@ def prepare(source: Path, out_dir: Path, *, val_from_train_fraction: float = 0.0
     if fraction:
       num_val = int(round(fraction * len(train_texts)))
       if not 0 < num_val < len(train_texts):
-        raise ValueError(f"val_from_train_fraction={fraction} of {len(train_texts)} training "
-                         f"reviews leaves an empty split.")
+        raise errors.BadValue(f"val_from_train_fraction={fraction} of {len(train_texts)} training "
+                              "reviews leaves an empty split.")
       perm = np.random.default_rng(seed).permutation(len(train_texts))
       chosen = {"val": np.sort(perm[:num_val]), "train": np.sort(perm[num_val:])}
       texts = {k: [train_texts[i] for i in idx] for k, idx in chosen.items()}

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lra import errors
+
 
 def read_splits(name: str, data_dir: Path, field: str,
                 plain_formats: str) -> dict[str, tuple[list[Any], list[int]]]:
@@ -15,7 +17,7 @@ def read_splits(name: str, data_dir: Path, field: str,
   try:
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   except ImportError:
-    raise ImportError(
+    raise errors.MissingPackage(
         f"Reading the TFDS data dir {data_dir} needs tensorflow-datasets (and TensorFlow): "
         f"pip install -e .[tfds]\nOr point --source at {plain_formats}, which need nothing "
         f"extra.") from None

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lra import errors
 from lra.tasks.contract.progress import Meter
 from lra.tasks.generators.pathfinder.metadata import format_row, read_metadata
 from lra.tasks.generators.pathfinder.params import DIFFICULTIES, RESOLUTIONS, Params, get_params
@@ -96,7 +97,7 @@ def _check_manifest(curv_dir: Path, manifest: dict) -> None:
   if path.exists():
     old = json.loads(path.read_text())
     if old != manifest:
-      raise ValueError(
+      raise errors.BadValue(
           f"{curv_dir} was generated with different settings ({path}: seed {old.get('seed')}, "
           f"generator version {old.get('version')}); resuming would mix two data sets.\n"
           f"Re-run with --seed {old.get('seed')}, or pick a fresh --out directory.")
@@ -128,8 +129,8 @@ def generate(out_dir: Path, resolution: int = 32, difficulty: str = "hard",
   """
   params = get_params(resolution, difficulty)
   if num_images < 1 or workers < 1 or images_per_batch < 1:
-    raise ValueError(f"num_images, workers and images_per_batch must be >= 1, found "
-                     f"{num_images}, {workers}, {images_per_batch}.")
+    raise errors.BadValue("num_images, workers and images_per_batch must be >= 1, found "
+                          f"{num_images}, {workers}, {images_per_batch}.")
   curv_dir = Path(out_dir).expanduser() / f"pathfinder{resolution}" / params.folder
   _check_manifest(curv_dir, {"version": GENERATOR_VERSION, "seed": seed,
                              "images_per_batch": images_per_batch,

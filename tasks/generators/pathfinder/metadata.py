@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lra import errors
+
 NPY_MAGIC = b"\x93NUMPY"
 EXPECTED = "'imgs/<batch> sample_<k>.png <k> <label 0|1> ...'"
 
@@ -23,7 +25,7 @@ def format_row(batch: int, k: int, label: int, fields: tuple) -> str:
 
 def _check(path: Path, number: int, fields: list[str], found) -> list[str]:
   if len(fields) < 4 or fields[3] not in ("0", "1") or not fields[1].endswith(".png"):
-    raise ValueError(f"{path}:{number}: expected {EXPECTED}, found {found!r}.")
+    raise errors.BadValue(f"{path}:{number}: expected {EXPECTED}, found {found!r}.")
   return fields
 
 
@@ -31,11 +33,11 @@ def _binary_rows(path: Path, data: bytes) -> list[list[str]]:
   try:
     array = np.load(io.BytesIO(data), allow_pickle=False)
   except ValueError as error:  # object arrays would need pickle, which we never load
-    raise ValueError(f"{path}: expected np.save of an [N, 11] string array, found an array "
-                     f"that cannot be read without pickle ({error}).") from None
+    raise errors.BadValue(f"{path}: expected np.save of an [N, 11] string array, found an array "
+                          f"that cannot be read without pickle ({error}).") from None
   if array.ndim != 2 or array.dtype.kind not in "US":
-    raise ValueError(f"{path}: expected np.save of an [N, 11] string array, found "
-                     f"{array.dtype} {list(array.shape)}.")
+    raise errors.BadValue(f"{path}: expected np.save of an [N, 11] string array, found "
+                          f"{array.dtype} {list(array.shape)}.")
   rows = array.astype(str).tolist()
   return [_check(path, number, [f.strip() for f in row], " ".join(row))
           for number, row in enumerate(rows, start=1)]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from lra import errors
+
 # Difficulty -> (release folder, target contour length in paddles), as in `snakes2_wrapper.py`.
 DIFFICULTIES: dict[str, tuple[str, int]] = {
     "easy": ("curv_baseline", 6),
@@ -73,11 +75,11 @@ class Params:
 def get_params(resolution: int, difficulty: str) -> Params:
   """The parameter set for one resolution and difficulty, or a ValueError naming the valid ones."""
   if resolution not in _TABLE:
-    raise ValueError(f"Resolution {resolution} is not supported; expected one of "
-                     f"{', '.join(map(str, RESOLUTIONS))}.")
+    raise errors.BadValue(f"Resolution {resolution} is not supported; expected one of "
+                          f"{', '.join(map(str, RESOLUTIONS))}.")
   if difficulty not in DIFFICULTIES:
-    raise ValueError(f"Difficulty '{difficulty}' is not supported; expected one of "
-                     f"{', '.join(DIFFICULTIES)}.")
+    raise errors.BadValue(f"Difficulty '{difficulty}' is not supported; expected one of "
+                          f"{', '.join(DIFFICULTIES)}.")
   row = dict(zip(_COLUMNS, _TABLE[resolution]))
   contour_length = DIFFICULTIES[difficulty][1]
   distractor_length = contour_length // 3

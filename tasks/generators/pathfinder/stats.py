@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from lra import errors
 from lra.tasks.generators.pathfinder.metadata import read_metadata
 
 SCENES_DIR = "scenes"
@@ -129,7 +130,7 @@ def compute_stats(curv_dir: Path, marker_radius: float | None = None) -> dict:
   metadata = sorted((curv_dir / "metadata").glob("*.npy"),
                     key=lambda p: (not p.stem.isdigit(), int(p.stem) if p.stem.isdigit() else 0))
   if not metadata:
-    raise FileNotFoundError(f"No metadata/<batch>.npy files under {curv_dir}.")
+    raise errors.NotFound(f"No metadata/<batch>.npy files under {curv_dir}.")
   histogram = np.zeros(256, dtype=np.int64)
   labels, lit, halo, lit_mean, components, brightest, scenes = [], [], [], [], [], [], []
   have_scenes = all((curv_dir / SCENES_DIR / p.name).exists() for p in metadata)
@@ -186,7 +187,7 @@ def compute_stats(curv_dir: Path, marker_radius: float | None = None) -> dict:
 def _scene_stats(stats: dict, scene: np.ndarray, labels: np.ndarray, brightest: list) -> dict:
   """Adds the sidecar's statistics to `stats`; returns their per-image values."""
   if len(scene) != len(labels):
-    raise ValueError(f"{len(scene)} scenes for {len(labels)} images in {SCENES_DIR}/.")
+    raise errors.BadValue(f"{len(scene)} scenes for {len(labels)} images in {SCENES_DIR}/.")
   placed = scene["num_distractors"].astype(int)
   markers = scene["markers"]
   distance = np.hypot(*(markers[:, 0] - markers[:, 1]).T)
