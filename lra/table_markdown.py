@@ -109,7 +109,7 @@ def _protocol_tables(rows: list[dict[str, Any]], h: str, mixed: bool = False) ->
 
 def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]],
                       level: int = 2, cpu_reference: str = "") -> str:
-  """The lra.md sections (the README block embeds those of our LRA-task runs), headings at `level`.
+  """The lra.md sections, headings at `level` (the README's block is `readme_body`).
 
   Args:
     rows: lra.tables.lra_rows.
@@ -124,15 +124,7 @@ def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
   # Your rows are marked only beside committed ones: the committed tables are all "ours".
   mixed = any(r["source"] == COMMITTED for r in (*ours, *cpu_rows))
   parts = [LEGEND + (f" {COMMITTED_NOTE}" if mixed else ""),
-           f"{h} Ours: LRA protocol (presets {', '.join(f'`{p}`' for p in PROTOCOL_PRESETS)})"]
-  if by_group["protocol"]:
-    parts += _protocol_tables(by_group["protocol"], h, mixed)
-  else:
-    parts.append("No complete run with the `paper` or `lra` preset yet (accelerator work). Run "
-                 "the grid with `lra sweep --tasks listops text retrieval image pathfinder pathx "
-                 "--mixers softmax latte --seeds 0 1 2 --run` (or `--emit slurm`), then "
-                 "`lra table`.")
-  parts.append(f"{h} Ours: the LRA tasks on a CPU (preset {', '.join(f'`{p}`' for p in CPU_PRESETS)})")
+           *_protocol_part(by_group["protocol"], h, mixed), _cpu_heading(h)]
   parts.append("The full LRA task data at full length, with a model small enough to train on a "
                "laptop CPU: under `laptop` the same model for every mixer, so the ordering of "
                "mixers is informative (`laptop_published`: S5's or Mega-Chunk's own "
@@ -152,8 +144,7 @@ def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
       parts.append(cpu_reference)
     parts.append(_cpu_table(cpu_rows, mixed))
   else:
-    parts.append("No complete run with the `laptop` preset yet: `lra run listops MIXER --preset "
-                 "laptop` (or `pathfinder`).")
+    parts.append(_NO_CPU_RUN)
   parts.append(f"{h} Ours: small presets (generated or reduced data; NOT comparable with the "
                "papers)")
   parts.append("Sanity checks that the pipeline learns: the `smoke` and `demo` presets train "
@@ -169,6 +160,45 @@ def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
        *[_cell(r[t], at_chance=r[f"{t}_at_chance"]) for t in LRA_TASKS], _cell(r["avg"]),
        r["reference"]] for r in rows if r["source"] == PUBLISHED]))
   return "\n\n".join(parts) + "\n"
+
+
+def readme_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]],
+                level: int = 3) -> str:
+  """The README's results: our `paper`/`lra` rows (where there are any) and the CPU summary (a
+  line per mixer, a column per task), under headings at `level`. The legend, each run's cost and
+  the small presets stay in lra.md, so the front page keeps to one table.
+
+  Args:
+    rows: lra.tables.lra_rows.
+    cpu_rows: the task rows (lra.tables.task_rows) of CPU-scale presets, all LRA tasks.
+  """
+  h = "#" * level
+  ours = [r for r in rows if r["source"] in RUN_SOURCES]
+  mixed = any(r["source"] == COMMITTED for r in (*ours, *cpu_rows))
+  protocol = [r for r in ours if group(r["preset"]) == "protocol"]
+  # Without protocol rows the section would only say so (the README's status says it already),
+  # and the CPU table then needs no heading of its own.
+  parts = [*_protocol_part(protocol, h, mixed), _cpu_heading(h)] if protocol else []
+  parts.append(_cpu_summary(cpu_rows, mixed) if cpu_rows else _NO_CPU_RUN)
+  return "\n\n".join(parts) + "\n"
+
+
+def _protocol_part(protocol_rows: list[dict[str, Any]], h: str, mixed: bool) -> list[str]:
+  """The heading of our protocol-preset rows, then their tables, or what to run for them."""
+  heading = f"{h} Ours: LRA protocol (presets {', '.join(f'`{p}`' for p in PROTOCOL_PRESETS)})"
+  if protocol_rows:
+    return [heading, *_protocol_tables(protocol_rows, h, mixed)]
+  return [heading, "No complete run with the `paper` or `lra` preset yet (accelerator work). Run "
+          "the grid with `lra sweep --tasks listops text retrieval image pathfinder pathx "
+          "--mixers softmax latte --seeds 0 1 2 --run` (or `--emit slurm`), then `lra table`."]
+
+
+def _cpu_heading(h: str) -> str:
+  return f"{h} Ours: the LRA tasks on a CPU (preset {', '.join(f'`{p}`' for p in CPU_PRESETS)})"
+
+
+_NO_CPU_RUN = ("No complete run with the `laptop` preset yet: `lra run listops MIXER --preset "
+               "laptop` (or `pathfinder`).")
 
 
 def _pair(row: dict[str, Any], task: str) -> str:
@@ -226,9 +256,10 @@ SQUARES_NOTE = ("Pathfinder, 4x4 squares: NOT LRA's Pathfinder but its easy set 
                 "published figures beside it are the 1,024-pixel task's.")
 
 
-def _squares_rank_line(rows: list[dict[str, Any]]) -> str:
+def _squares_rank_line(rows: list[dict[str, Any]], column: str = "this column") -> str:
   """Spearman's rank correlation between the squares column (common block, ours) and the same
-  mixers' published Pathfinder numbers, over the mixers that have both."""
+  mixers' published Pathfinder numbers, over the mixers that have both; `column`: how the line
+  names the squares column where it does not stand under it."""
   pairs = [(r["test_accuracy"], r["published"]) for r in rows
            if r["preset"] == "squares" and r["published"] is not None
            and r["test_accuracy"] is not None and r["source"] in RUN_SOURCES]
@@ -236,7 +267,7 @@ def _squares_rank_line(rows: list[dict[str, Any]]) -> str:
     return (f"Rank correlation with the published Pathfinder column: needs 3 mixers with both, "
             f"{len(pairs)} so far.")
   rho = spearman([a for a, _ in pairs], [b for _, b in pairs])
-  return (f"Spearman's rank correlation between this column and the published Pathfinder "
+  return (f"Spearman's rank correlation between {column} and the published Pathfinder "
           f"column, over the {len(pairs)} mixers with both: {rho:+.2f}.")
 
 

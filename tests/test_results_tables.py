@@ -291,7 +291,8 @@ def test_damaged_run_files_are_named_skipped_and_fail_the_check(grid, tmp_path, 
 
 
 def test_committed_tables_are_current():
-  """What CI checks: results/tables/* and the README block match the committed runs."""
+  """What CI checks: results/tables/*, the README's blocks (the table, the short status) and
+  docs/status.md's block match the committed runs."""
   assert tables.check(ROOT / "results", ROOT / "README.md") == []
 
 
@@ -515,3 +516,74 @@ def test_squares_are_their_own_column_never_lras_pathfinder_with_the_rank_correl
   rho = 1 - 6 * d2 / (len(names) * (len(names) ** 2 - 1))
   assert (f"over the {len(names)} mixers with both: {rho:+.2f}.") in body
   assert "NOT LRA's Pathfinder" in body
+
+
+def test_the_status_is_written_from_the_runs_and_reads_well_with_any_number_of_rows(tmp_path):
+  """`lra table --committed` writes the README's short status and docs/status.md's block from the
+  runs and the ledger: ListOps' range among the mixers that learn, the squares column's count and
+  ends with its rank correlation (with no row, one, then three), the synthetic runs at default
+  and at other settings, the ledger's next row at its cost. A run added makes both stale."""
+  from lra import ledger, table_status
+  res = tmp_path / "results"
+  readme = tmp_path / "README.md"
+  readme.write_text(f"# x\n\n{table_status.README_MARKERS[0]}\n{table_status.README_MARKERS[1]}\n\n"
+                    f"{tables.README_START}\n{tables.README_END}\n")
+  page = tmp_path / table_status.PAGE
+  page.parent.mkdir()
+  prose = "# Status\n\nHand-written.\n\n"
+  page.write_text(f"{prose}{table_status.PAGE_MARKERS[0]}\n{table_status.PAGE_MARKERS[1]}\n"
+                  "\nMore.\n")
+  res.mkdir()
+  first = ledger.load(ROOT / "results" / "ledger.json")[0]  # Latte's ListOps paper row
+  (res / "ledger.json").write_text(json.dumps({"rows": [first]}))
+  listops = {"softmax": 0.365, "latte": 0.3465, "linear": 0.162}  # linear: the majority class
+  for mixer, accuracy in listops.items():
+    write_run(res, "listops", mixer, "laptop", 0, accuracy, majority=0.17, wall_time_s=2400.0)
+  write_run(res, "synthetic", "latte", "paper", 0, 1.0, chance=0.0625, majority=0.07)
+  write_run(res, "synthetic", "reformer", "paper", 0, 0.24, chance=0.0625, majority=0.07)
+  write_run(res, "synthetic", "longformer", "paper", 0, 1.0, chance=0.0625, majority=0.07,
+            run="paper+mixers.longformer.num_global=1_seed0")
+
+  def status():
+    tables.write(res, readme)
+    text = readme.read_text()
+    start, end = (text.index(m) for m in table_status.README_MARKERS)
+    return text[start:end], page.read_text()
+
+  short, full = status()
+  assert full.startswith(prose) and full.endswith("\nMore.\n")  # the prose stays as written
+  assert ("all 15 built-in mixers" not in short
+          and "3 of the 15 built-in mixers complete; the 2 that learn end at 34.65-36.50% test"
+          in short and "linear stays within a point of chance" in short)
+  assert "34.65% (latte) to 36.50% (softmax)" in full and "40 min each" in full
+  assert "none of the 15 built-in mixers has a complete run yet" in short
+  assert "needs 3 mixers with both, 0 so far" in short
+  assert ("at their default settings 1 mixers reach 100% test" in full
+          and "1 do not: reformer 24.00%" in full)
+  assert "No run at its default settings: longformer." in full
+  assert "longformer with `mixers.longformer.num_global=1`: 100.00%" in full
+  cost = ledger.minutes(first, "h200")
+  assert 21.5 < cost < 22.5  # 75,000 steps at 58.5 steps/s and 18 s of evaluation: ~22 min
+  assert ("the ledger's next, `lra run listops latte --preset paper`, takes ~22 min on an H200, "
+          "measured") in short
+  assert "0 of 1 complete; the next," in full and "at 58.5 steps/s, measured" in full
+  assert "any training on Text, Retrieval, Image, Pathfinder or Path-X" in short
+
+  write_run(res, "pathfinder", "latte", "squares", 0, 0.70, chance=0.5, majority=0.5)
+  assert {readme, page} <= set(tables.check(res, readme))  # a new run: both blocks are stale
+  short, full = status()
+  assert "1 of the 15 built-in mixers complete so far: latte 70.00%." in short
+  assert "needs 3 mixers with both, 1 so far" in short
+  assert "any training on Text, Retrieval, Image or Path-X" in short  # squares counts as training
+
+  for mixer, accuracy in (("softmax", 0.60), ("performer", 0.65)):
+    write_run(res, "pathfinder", mixer, "squares", 0, accuracy, chance=0.5, majority=0.5)
+  short, full = status()
+  assert "3 of the 15 built-in mixers complete so far, from 60.00% (softmax) to 70.00% (latte)" \
+      in short
+  # Published Pathfinder: softmax 71.40 < latte 75.61 < performer 77.05; ours: softmax < performer
+  # < latte, so d = (0, 1, -1) and rho = 1 - 6 * 2 / (3 * 8) = +0.50.
+  assert "between the squares column and the published Pathfinder column, over the 3 mixers " \
+      "with both: +0.50." in short
+  assert "latte 70.00%, performer 65.00%, softmax 60.00% test at the best validation step" in full
+  assert tables.check(res, readme) == []
