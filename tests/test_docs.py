@@ -1,6 +1,6 @@
 """The README and docs/ as a reader meets them: every link and cited section exists, the generated
-blocks match what regenerating them gives, the stated Python version is the one the lock needs, and
-the README's code example runs."""
+blocks match what regenerating them gives, the README fits on a page, the stated Python version is
+the one the lock needs, and the code and commands the pages show run."""
 import importlib.metadata
 import json
 import math
@@ -13,7 +13,7 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from lra import bench, tables
+from lra import bench, table_status, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -91,6 +91,29 @@ def test_generated_blocks_say_their_commit_and_are_current():
   assert bench.README_MARKERS[0] not in readme  # one copy of the figures, in docs/
 
 
+def test_the_status_is_generated_and_its_prose_holds_no_run_figure():
+  """The README's short status and docs/status.md's figures are blocks `lra table --committed`
+  writes (so the check above covers them: it skips a page without its markers, hence the markers
+  are asserted here); the hand-written prose around docs/status.md's block types no accuracy,
+  duration or speed, which could drift from the run folders."""
+  readme = (ROOT / "README.md").read_text()
+  page = (ROOT / table_status.PAGE).read_text()
+  assert all(marker in readme for marker in table_status.README_MARKERS)
+  assert all(marker in page for marker in table_status.PAGE_MARKERS)
+  start, end = (page.index(m) for m in table_status.PAGE_MARKERS)
+  block, prose = page[start:end], page[:start] + page[end:]
+  assert "% test at the best validation step" in block  # the figures are in the block
+  figures = re.findall(r"\d+\.\d+ ?%|\d+ ?min\b|\d+h\d\d|\d+(?:\.\d+)? ?steps/s|\d+(?:\.\d+)? h\b",
+                       prose)
+  assert not figures, f"docs/status.md types run figures outside its generated block: {figures}"
+
+
+def test_the_readme_fits_on_a_page():
+  """The front page stays short (issue 59): depth goes to docs/, linked from it."""
+  lines = (ROOT / "README.md").read_text().splitlines()
+  assert len(lines) <= 170, f"README.md has {len(lines)} lines; move detail to docs/"
+
+
 def test_python_version_is_the_one_the_lock_needs():
   """setup.cfg, the README and the lock agree: the oldest Python allowed runs every pinned
   version (as installed here), and some pin needs it, so the floor is not lower than true."""
@@ -129,13 +152,15 @@ def test_license_and_citation():
     assert title in citation
 
 
-def test_the_readmes_own_code_example_runs(tmp_path, monkeypatch):
-  """README "Use the pieces in your own code": a mixer alone, then a training loop of one's own."""
-  section = (ROOT / "README.md").read_text().split("## Use the pieces in your own code", 1)[1]
+def test_the_library_pages_code_example_runs(tmp_path, monkeypatch):
+  """docs/library.md "Use the pieces in your own code": a mixer alone, then a training loop of
+  one's own."""
+  section = (ROOT / "docs" / "library.md").read_text().split(
+      "## Use the pieces in your own code", 1)[1]
   code = section.split("```python\n", 1)[1].split("```", 1)[0]
   monkeypatch.setenv("LRA_DATA_DIR", str(tmp_path))
   namespace: dict = {}
-  exec(compile(code, "README example", "exec"), namespace)  # pylint: disable=exec-used
+  exec(compile(code, "docs/library.md example", "exec"), namespace)  # pylint: disable=exec-used
   assert namespace["y"].shape == namespace["x"].shape
   assert math.isfinite(float(namespace["loss"]))
   assert namespace["step"] == 9  # the loop ran to the end
@@ -154,8 +179,8 @@ def _commands(block: str) -> list[list[str]]:
 def test_the_readmes_own_layer_steps_run_from_a_folder_of_ones_own(tmp_path, monkeypatch, capsys):
   """README "Test your own layer", in a fresh folder outside the repository: the layer file as
   printed, then every command of the block from that folder. `lra check` and `lra table` run as
-  written; the two training runs run fast variants (the synthetic run on the smoke preset, the
-  hour-long laptop run as a dry run)."""
+  written; the three training runs run fast variants (the synthetic run on the smoke preset, the
+  hour-long laptop run and the squares run as dry runs)."""
   from lra.cli import main
   section = _readme_section("Test your own layer")
   code = section.split("```python\n", 1)[1].split("```", 1)[0]
@@ -165,15 +190,20 @@ def test_the_readmes_own_layer_steps_run_from_a_folder_of_ones_own(tmp_path, mon
   monkeypatch.chdir(tmp_path)
   monkeypatch.setenv("LRA_DATA_DIR", str(tmp_path / "data"))
   commands = _commands(section.split("```bash\n", 1)[1].split("```", 1)[0])
-  assert [c[:2] for c in commands] == [["lra", "check"], ["lra", "run"], ["lra", "run"],
-                                       ["lra", "table"]]
-  fast = {"synthetic": ["--preset", "smoke", "--quiet"], "listops": ["--dry-run"]}
+  assert [c[:3] for c in commands] == [["lra", "check", "my_layers/mean_gate.py:MeanGate"],
+                                       ["lra", "run", "synthetic"], ["lra", "run", "listops"],
+                                       ["lra", "run", "pathfinder"], ["lra", "table"]]
+  assert commands[3][-2:] == ["--preset", "squares"]  # where it stands among the committed rows
+  fast = {"synthetic": ["--preset", "smoke", "--quiet"], "listops": ["--dry-run"],
+          "pathfinder": ["--dry-run"]}
   for command in commands:
     argv = command[1:] + (fast[command[2]] if command[1] == "run" else [])
     assert main(argv) == 0, command
     out = capsys.readouterr().out
     if command[1] == "check":
       assert out.strip().endswith("meets the mixer contract")
+    if command[2:3] == ["pathfinder"]:  # the squares run's own folder, beside the committed ones
+      assert "runs/pathfinder/MeanGate@" in out and "/squares_seed0" in out
   mixer = next(p.name for p in (tmp_path / "results/local/runs/synthetic").iterdir())
   assert mixer.startswith("MeanGate@")
   synthetic = (tmp_path / "results/local/tables/synthetic.md").read_text()
@@ -181,6 +211,7 @@ def test_the_readmes_own_layer_steps_run_from_a_folder_of_ones_own(tmp_path, mon
   assert "| committed | latte | paper |" in synthetic  # the built-in rows beside, marked
   lra_md = (tmp_path / "results/local/tables/lra.md").read_text()
   assert "| latte (committed) | ListOps | laptop |" in lra_md
+  assert "| Pathfinder, 4x4 squares |" in lra_md  # the committed squares column a row joins
 
 
 def test_the_readmes_cluster_example_runs_from_the_sweep_to_the_table(tmp_path, monkeypatch,
