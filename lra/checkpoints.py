@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import hashlib
 import json
 import shlex
 import sys
@@ -46,6 +45,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from lra import distributed, errors, writers
+from lra.tasks.contract import manifest
 
 MANIFEST = "lra_manifest.json"
 DAMAGED = "damaged"
@@ -116,9 +116,8 @@ class Checkpointer:
         continue
       del self._unsealed[folder]
       if folder.is_dir() and jax.process_index() == 0:  # else a later save replaced it
-        writers.write_json_atomic(folder / MANIFEST, {"files": {
-            str(path.relative_to(folder)): {"bytes": path.stat().st_size, "sha256": _sha256(path)}
-            for path in sorted(folder.rglob("*")) if path.is_file() and path.name != MANIFEST}})
+        writers.write_json_atomic(folder / MANIFEST,
+                                  {"files": manifest.entries(folder, skip=MANIFEST)})
 
   def restore(self, step: int, abstract_state: Any, *, best: bool = False) -> tuple[Any, dict]:
     """The checkpoint of `step`, checked against its manifest first.
@@ -290,24 +289,14 @@ def _steps_in(folder: Path) -> list[int]:
 def damage(folder: Path) -> str | None:
   """What is wrong with a sealed checkpoint folder (first problem found), or None: intact, or not
   sealed (Orbax's own reading is then the only check)."""
-  manifest = folder / MANIFEST
-  if not manifest.exists():
+  seal = folder / MANIFEST
+  if not seal.exists():
     return None
   try:
-    files = json.loads(manifest.read_text())["files"]
+    files = json.loads(seal.read_text())["files"]
   except (OSError, ValueError, KeyError, TypeError):
     return f"its {MANIFEST} is unreadable"
-  for name, want in files.items():
-    path = folder / name
-    if not path.is_file():
-      return f"{name} is missing"
-    size = path.stat().st_size
-    if size != want["bytes"]:
-      what = "cut short" if size < want["bytes"] else "longer than written"
-      return f"{name} is {what}: {size} bytes, {want['bytes']} when written"
-    if _sha256(path) != want["sha256"]:
-      return f"{name} has changed since it was written (sha256 differs)"
-  return None
+  return manifest.first_problem(folder, files)
 
 
 def _agreed(problem: str | None) -> str | None:
@@ -319,14 +308,6 @@ def _agreed(problem: str | None) -> str | None:
   if problem is None and np.any(flags):
     return "another process found it damaged"
   return problem
-
-
-def _sha256(path: Path) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      digest.update(chunk)
-  return digest.hexdigest()
 
 
 def _first_line(error: BaseException) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import hashlib
 import io
 import json
 import os
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from lra import best_params, errors, run_lock
+from lra.tasks.contract import manifest as digests  # `manifest` names the archive's here
 
 PART_BYTES = 16 * 2**20
 MANIFEST = "lra_pack.json"
@@ -91,11 +91,6 @@ def _members(run_dir: Path, final: dict[str, Any]) -> tuple[dict[str, Path | byt
   return members, info
 
 
-def _describe(content: Path | bytes) -> dict[str, Any]:
-  data = content.read_bytes() if isinstance(content, Path) else content
-  return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-
-
 def pack(run_dir: Path, archive: Path) -> list[Path]:
   """Writes `run_dir` as `archive` (or its parts); returns the files written.
 
@@ -116,7 +111,7 @@ def pack(run_dir: Path, archive: Path) -> list[Path]:
         "format": FORMAT, "run": run_place(run_dir, config), "status": final.get("status"),
         "step": final.get("step"), "num_steps": final.get("num_steps"), **info,
         "packed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "files": {name: _describe(content) for name, content in members.items()}}
+        "files": {name: digests.entry(content) for name, content in members.items()}}
     archive.parent.mkdir(parents=True, exist_ok=True)
     whole = _temporary(archive)
     try:
@@ -314,7 +309,7 @@ def unpack(archive: Path, results_dir: Path | None,
             or ".." in Path(name).parts):
           raise PackError(f"{archive}: {name} is not in its manifest: not as `lra pack` wrote it")
         data = _read(tar, member)
-        if _describe(data) != files[name]:
+        if digests.entry(data) != files[name]:
           raise PackError(f"{archive}: {name} differs from what was packed (size or sha256): "
                           "copy the archive and every part again")
         seen.add(name)

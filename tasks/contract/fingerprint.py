@@ -12,19 +12,12 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-
-def file_checksum(path: Path, chunk: int = 1 << 20) -> str:
-  """sha256 of a file (hex), streamed."""
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    while block := f.read(chunk):
-      digest.update(block)
-  return digest.hexdigest()
+from lra.tasks.contract.manifest import PREFIX, sha256_file
 
 
 def sha256_of(root: Path, files: Iterable[Path]) -> dict[str, str]:
   """{path relative to root: "sha256:<hex>"} for each file."""
-  return {Path(f).relative_to(root).as_posix(): "sha256:" + file_checksum(f) for f in files}
+  return {Path(f).relative_to(root).as_posix(): PREFIX + sha256_file(f) for f in files}
 
 
 def stat_digest(root: Path, files: Iterable[Path]) -> str:

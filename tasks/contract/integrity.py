@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from lra import errors
-from lra.tasks.contract.fingerprint import file_checksum
+from lra.tasks.contract import manifest
 
 _BLOCK = 1 << 12
 _SAMPLES = 16  # gaps between sampled blocks; the blocks are _SAMPLES + 1, first and last included
@@ -54,8 +54,8 @@ def describe(path: Path) -> dict:
   size = Path(path).stat().st_size
   if size != expected:
     raise errors.BadValue(f"{path} has {size:,} bytes; its header implies {expected:,}.")
-  return {"shape": list(shape), "dtype": dtype.str, "bytes": size,
-          "sha256": "sha256:" + file_checksum(path), "sample": sample_digest(path, size)}
+  return {"shape": list(shape), "dtype": dtype.str, **manifest.entry(path, prefix=manifest.PREFIX),
+          "sample": sample_digest(path, size)}
 
 
 def problem(path: Path, entry: dict, *, full: bool = False) -> str | None:
@@ -80,7 +80,7 @@ def problem(path: Path, entry: dict, *, full: bool = False) -> str | None:
     return (f"holds {dtype.str} {list(shape)} where meta.json records {entry['dtype']} "
             f"{entry['shape']}")
   if full:
-    if "sha256:" + file_checksum(path) != entry["sha256"]:
+    if manifest.PREFIX + manifest.sha256_file(path) != entry["sha256"]:
       return "its bytes differ from the sha256 meta.json records"
   elif sample_digest(path, size) != entry["sample"]:
     return "its bytes differ from the sampled digest meta.json records"

@@ -16,7 +16,7 @@ from lra import errors
 from lra.tasks.sources import bytes_tokenizer, tfds_reader
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.cache import SPLITS
-from lra.tasks.contract.fingerprint import file_checksum, sha256_of, stat_digest
+from lra.tasks.contract.fingerprint import sha256_of, stat_digest
 from lra.tasks.sources.release import locate
 from lra.tasks.contract.spec import Task
 
@@ -86,7 +86,7 @@ def _checksums(src: _Source) -> dict[str, str]:
     files = [e[3] for e in _folder_files(src.path)]
     return {"aclImdb/{train,test}/{neg,pos}/*.txt": stat_digest(src.path, files)}
   if src.format == "aclImdb_v1.tar.gz":
-    return {src.path.name: "sha256:" + file_checksum(src.path)}
+    return sha256_of(src.path.parent, [src.path])
   tfds_dir = src.path / TFDS_NAME
   files = sorted(p for p in tfds_dir.rglob("*") if p.is_file())
   if not any(p.name == "dataset_info.json" for p in files):
