@@ -38,9 +38,9 @@ from lra.config_loading import mixer_label
 from lra.loggers import open_loggers
 from lra.models.build import build_model, execution_path, mixer_factory
 from lra.models.mixers import contract
-from lra.progress import Progress, Throughput
 from lra.tasks.contract.batches import Batching, eval_batches, train_batches
 from lra.tasks.contract.cache import PreparedData
+from lra.tasks.contract.progress import Steps, Throughput
 from lra.tasks.contract.spec import TaskSpec
 
 
@@ -418,7 +418,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
   run_dir = Path(run_dir)
   s = setup(config, data.spec)
   ckpt = checkpoints.Checkpointer(run_dir, keep=config.checkpoint.keep)
-  files = None
+  files = bar = None
   # Several processes read a stop request two steps after it is made (_loop): budgeted.
   deadline = None if stop_after_s is None else stop_after.for_run(
       stop_after_s, config, data.num_examples("val") + data.num_examples("test"),
@@ -428,7 +428,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
     state, book, start_step = restore_or_init(s, data.spec, config.train.seed, ckpt)
     init_s = time.monotonic() - began  # compiling the init: what compiling the steps is guessed at
     files = RunFiles(config, data, run_dir, start_step, num_params(state))
-    bar = Progress(config.train.num_steps, enabled=progress and files.lead)
+    bar = Steps(config.train.num_steps, enabled=progress and files.lead)
     if start_step:
       bar.message(f"resuming {run_dir} from step {start_step}")
     elif files.replaced_step and files.lead:
@@ -450,6 +450,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
         "failed", ckpt.latest_step() or 0, Book(), None, 0.0, 0.0, stop_reason=str(failed)))
     raise failed from None
   finally:
+    if bar is not None:
+      bar.close()  # a terminal's bar stops redrawing, its last state left on screen
     if files is not None:
       files.metrics.close()  # the TensorBoard and W&B writers (lra/loggers.py)
     if ckpt is not None:
@@ -458,7 +460,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
 
 def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state: TrainState,
           book: Book, step: int, ckpt: checkpoints.Checkpointer, files: RunFiles,
-          bar: Progress, deadline: stop_after.Deadline | None = None,
+          bar: Steps, deadline: stop_after.Deadline | None = None,
           init_s: float = 0.0) -> dict[str, Any]:
   """Phase 3: from `step` to the end of training (or a stop); returns final.json's dict.
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from lra.models.build import build_model
-from lra import progress, run, train
+from lra import run, train
+from lra.tasks.contract import progress
 from lra.config_loading import apply_overrides, data_cache_dir, load_config
 from lra.writers import read_metrics
 from lra.tasks.contract.batches import eval_batches
