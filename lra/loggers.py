@@ -80,6 +80,11 @@ class TensorBoard:
   """
 
   def __init__(self, run_dir: Path, resume_step: int | None):
+    # TensorBoard's own EventFileWriter, kept rather than tensorboardX's SummaryWriter (issue 59):
+    # it is the writer PyTorch's torch.utils.tensorboard.SummaryWriter writes through, so it is
+    # as stable as that API, and purge_step there is this same SessionLog START at the resume
+    # step. tensorboardX would add a second package (and its own protobuf bound) beside the
+    # `tensorboard` this extra installs anyway, for the ~20 lines below.
     from tensorboard.compat.proto import event_pb2, summary_pb2  # the optional extra
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
     self._event, self._summary = event_pb2, summary_pb2
