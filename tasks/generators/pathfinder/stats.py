@@ -173,14 +173,14 @@ def compute_stats(curv_dir: Path, marker_radius: float | None = None) -> dict:
       "lit_fraction_label_1": float(lit[labels == 1].mean()) if np.any(labels == 1) else None,
       "lit_best_threshold_accuracy": best_threshold_accuracy(lit, labels),
   }
-  errors = {}
+  standard_errors = {}
   if have_scenes:
     per_image.update(_scene_stats(stats, np.concatenate(scenes), labels, brightest))
     p = stats["marker_distance_held_out_accuracy"]  # each held-out image is right or wrong
-    errors["marker_distance_held_out_accuracy"] = float(np.sqrt(p * (1 - p) / len(labels)))
+    standard_errors["marker_distance_held_out_accuracy"] = float(np.sqrt(p * (1 - p) / len(labels)))
   # Standard error of each mean over images (a ratio's is approximated by its per-image values).
-  errors.update({key: float(np.std(v) / np.sqrt(len(v))) for key, v in per_image.items()})
-  stats["standard_errors"] = errors
+  standard_errors.update({key: float(np.std(v) / np.sqrt(len(v))) for key, v in per_image.items()})
+  stats["standard_errors"] = standard_errors
   return stats
 
 
