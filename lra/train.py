@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import flax.linen as nn
 import jax
@@ -38,7 +38,7 @@ from lra.config_loading import mixer_label
 from lra.loggers import open_loggers
 from lra.models.build import build_model, execution_path, mixer_factory
 from lra.models.mixers import contract
-from lra.tasks.contract.batches import Batching, eval_batches, train_batches
+from lra.tasks.contract.batches import Batching, eval_batches, step_batches
 from lra.tasks.contract.cache import PreparedData
 from lra.tasks.contract.progress import Steps, Throughput
 from lra.tasks.contract.spec import TaskSpec
@@ -64,13 +64,14 @@ def _weighted_metrics(logits, batch) -> dict[str, jax.Array]:
 
 
 def make_steps(model: nn.Module, mesh: jax.sharding.Mesh, dropout_seed: int,
-               grad_accum_steps: int = 1, dropout_bits: str = "threefry"):
-  """Jitted train and eval steps: batch sharded over `data`, state replicated.
+               dropout_bits: str = "threefry") -> tuple[TrainStep, Callable]:
+  """Jitted train and eval steps: batches sharded over `data`, state replicated.
 
-  With `grad_accum_steps=k` the batch [B] is split into k micro-batches of B/k rows (row r goes to
-  micro-batch r % k, so each device keeps its own rows) whose loss sums and gradients are added
-  before one update: the same update as the whole batch at once, in 1/k of the activation memory.
-  `dropout_bits` names where dropout's random bits come from (lra/dropout_rng.py).
+  The train step takes a step's batch as a sequence of k micro-batches (lra.tasks.contract.
+  batches.step_batches) and makes one update from their summed gradient: the same update as the
+  whole batch at once, in 1/k of the activation memory, and with sorted padding at each
+  micro-batch's own length. `dropout_bits` names where dropout's random bits come from
+  (lra/dropout_rng.py).
 
   A batch may carry `stop[B]` (int32, each process's rows set to whether it was asked to stop):
   the step then also returns `sums["stop"]`, its maximum over every process. The flag rides on
@@ -92,45 +93,92 @@ def make_steps(model: nn.Module, mesh: jax.sharding.Mesh, dropout_seed: int,
         new_stats = updated["batch_stats"]
       sums = _weighted_metrics(logits, batch)
       return sums["loss_sum"], (sums, new_stats)
-    (_, (sums, new_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-    return grads, sums, new_stats
-
-  def train_step(state: TrainState, batch):
     batch = dict(batch)
     stop = batch.pop("stop", None)
+    (_, (sums, new_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    if stop is not None:
+      sums["stop"] = jnp.max(stop)
+    return grads, sums, new_stats
+
+  def update(state: TrainState, grads, sums):
+    # Gradient of the mean loss over the whole batch's real rows.
+    grads = jax.tree.map(lambda g: g / jnp.maximum(sums["count"], 1.0), grads)
+    sums = dict(sums, grad_norm=optax.global_norm(grads))
+    return state.apply_gradients(grads=grads), sums
+
+  def whole_step(state: TrainState, batch):
     # Dropout depends on (seed, step) only: a resumed run draws the same masks.
     key = jax.random.fold_in(base_key, state.step)
     stats = getattr(state, "batch_stats", None)  # BatchNorm's (setup refuses micro-batches)
-    if grad_accum_steps == 1:
-      grads, sums, stats = grads_and_sums(state.params, batch, key, stats)
-    else:
-      k = grad_accum_steps
-      micro = jax.tree.map(lambda a: a.reshape(a.shape[0] // k, k, *a.shape[1:]).swapaxes(0, 1),
-                           batch)
-      micro = jax.lax.with_sharding_constraint(micro, NamedSharding(mesh, P(None, "data")))
-      first = jax.tree.map(lambda a: a[0], micro)
-      zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
-                           jax.eval_shape(grads_and_sums, state.params, first, key)[:2])
-
-      def accumulate(total, xs):
-        index, batch = xs
-        part = grads_and_sums(state.params, batch, jax.random.fold_in(key, index))[:2]
-        return jax.tree.map(jnp.add, total, part), None
-      (grads, sums), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(k), micro))
-    # Gradient of the mean loss over the whole batch's real rows.
-    grads = jax.tree.map(lambda g: g / jnp.maximum(sums["count"], 1.0), grads)
-    sums["grad_norm"] = optax.global_norm(grads)
-    if stop is not None:
-      sums["stop"] = jnp.max(stop)
-    state = state.apply_gradients(grads=grads)
+    grads, sums, stats = grads_and_sums(state.params, batch, key, stats)
+    state, sums = update(state, grads, sums)
     return (state if stats is None else state.replace(batch_stats=stats)), sums
+
+  def accumulate(total, params, batch, step, index):
+    # Micro-batch `index` of step `step` draws its own dropout masks: (seed, step, index).
+    key = jax.random.fold_in(jax.random.fold_in(base_key, step), index)
+    grads, sums, _ = grads_and_sums(params, batch, key)
+    return (jax.tree.map(jnp.add, total[0], grads),
+            {k: (jnp.maximum if k == "stop" else jnp.add)(total[1][k], v) for k, v in sums.items()})
+
+  def zeros(params, stop: bool):
+    sums = {k: jnp.zeros((), jnp.float32) for k in ("loss_sum", "correct_sum", "count")}
+    if stop:
+      sums["stop"] = jnp.zeros((), jnp.int32)
+    return jax.tree.map(jnp.zeros_like, params), sums
 
   def eval_step(state: TrainState, batch):
     return _weighted_metrics(model.apply(model_variables(state), batch, deterministic=True),
                              batch)
 
-  return (jax.jit(train_step, out_shardings=(replicated, replicated), donate_argnums=0),
-          jax.jit(eval_step, out_shardings=replicated))
+  train_step = TrainStep(
+      whole=jax.jit(whole_step, out_shardings=(replicated, replicated), donate_argnums=0),
+      zeros=jax.jit(zeros, static_argnums=1, out_shardings=replicated),
+      accumulate=jax.jit(accumulate, out_shardings=replicated, donate_argnums=0),
+      # The summed gradient is not donated: no output has its place (the state's are taken).
+      update=jax.jit(lambda state, total: update(state, *total),
+                     out_shardings=(replicated, replicated), donate_argnums=0))
+  return train_step, jax.jit(eval_step, out_shardings=replicated)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainStep:
+  """One optimizer update from a step's micro-batches (each a dict of global arrays).
+
+  One micro-batch runs `whole`, a single program (what every run without micro-batches ran).
+  k > 1 run `accumulate` once per micro-batch, each at its own shape (one compiled program per
+  micro-batch length: at most ceil(T / pad_quantum)), adding gradients and loss sums on the
+  device, then `update` divides by the whole batch's real-row count and applies the optimizer:
+  weights by real examples, so the update is the whole batch's up to float summation order.
+  The host only queues programs; nothing is fetched between them.
+  """
+  whole: Any
+  zeros: Any
+  accumulate: Any
+  update: Any
+
+  def __call__(self, state: TrainState, micro: Sequence[Mapping[str, jax.Array]]):
+    if len(micro) == 1:
+      return self.whole(state, micro[0])
+    total = self.zeros(state.params, "stop" in micro[0])
+    for index, batch in enumerate(micro):
+      total = self.accumulate(total, state.params, batch, state.step, np.int32(index))
+    return self.update(state, total)
+
+  def lower(self, state: TrainState, batch: Mapping[str, Any]):
+    """The one-program step of a whole batch, lowered (for its cost and memory analyses)."""
+    return self.whole.lower(state, batch)
+
+  def micro_bytes(self, state: TrainState, batch: Mapping[str, Any]) -> int | None:
+    """XLA's estimate of a device's bytes while one micro-batch shaped as `batch` accumulates:
+    the accumulating program's, plus the optimizer state it keeps alive (not its argument)."""
+    total = jax.eval_shape(self.zeros, state.params, "stop" in batch)
+    compiled = self.accumulate.lower(total, state.params, batch, state.step,
+                                     np.int32(0)).compile()
+    need = memory.step_bytes(compiled)
+    if need is None:
+      return None
+    return need + sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(state.opt_state))
 
 
 class BatchPlacer:
@@ -156,7 +204,7 @@ class Setup:
   put: BatchPlacer
   model: nn.Module
   tx: optax.GradientTransformation
-  train_step: Callable
+  train_step: TrainStep
   eval_step: Callable
   batching: Batching = Batching()
 
@@ -166,9 +214,11 @@ class Setup:
 
 
 def batching_of(config: ml_collections.ConfigDict) -> Batching:
-  """How this run shapes its batches (config.data.padding, pad_quantum, bucketing)."""
+  """How this run shapes its batches (config.data.padding, pad_quantum, bucketing) and cuts them
+  into micro-batches (config.train.grad_accum_steps)."""
   d = config.data
-  return Batching(padding=d.padding, quantum=d.pad_quantum, bucketing=d.bucketing)
+  return Batching(padding=d.padding, quantum=d.pad_quantum, bucketing=d.bucketing,
+                  micro_batches=config.train.grad_accum_steps)
 
 
 def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
@@ -180,11 +230,13 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
   tc = config.train
   batches = batching_of(config)
   batches.check(spec.seq_len)
-  if tc.grad_accum_steps < 1:
-    raise errors.BadValue(f"train.grad_accum_steps must be >= 1, got {tc.grad_accum_steps}")
-  if config.model.get("norm") == "batch" and tc.grad_accum_steps > 1:
-    raise errors.BadValue("model.norm=batch normalises each batch by its own statistics, which "
-                          "micro-batches would change: use train.grad_accum_steps=1.")
+  if config.model.get("norm") == "batch" and (batches.micro_batches > 1 or batches.sorts):
+    # BatchNorm's statistics span the batch (pads included): a micro-batch, or a batch cut to
+    # its length, is normalised by other numbers, so the update would not be the batch's.
+    raise errors.BadValue(
+        "model.norm=batch normalises each batch by statistics over all its rows and positions, "
+        "which micro-batches and sorted padding would change: pass "
+        "--config.train.grad_accum_steps=1 --config.data.padding=fixed")
   distributed.check_divisible("train.batch_size", tc.batch_size,
                               jax.device_count() * tc.grad_accum_steps)
   distributed.check_divisible("eval.batch_size", config.eval.batch_size, jax.device_count())
@@ -195,11 +247,10 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
                                          dim=config.model.dim, num_heads=config.model.num_heads,
                                          length=model.encoder.mixer_max_len)
   train_step, eval_step = make_steps(model, mesh, dropout_seed=tc.seed + 1,
-                                     grad_accum_steps=tc.grad_accum_steps,
                                      dropout_bits=tc.dropout_bits)
   return Setup(mesh=mesh, put=BatchPlacer(mesh), model=model,
-               tx=optim.make_optimizer(tc, optim.ssm_params(config)), train_step=train_step, eval_step=eval_step,
-               batching=batches)
+               tx=optim.make_optimizer(tc, optim.ssm_params(config)), train_step=train_step,
+               eval_step=eval_step, batching=batches)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -483,8 +534,9 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
     # by tables and `lra status` at the step it resumes from, with its best evaluation so far.
     files.final("running", step, book, None, book.wall_time_s, rate)
 
-  stream = train_batches(data.split("train"), data.spec, tc.batch_size, tc.seed, step,
-                         s.put.rows(tc.batch_size), s.batching)
+  micro_rows = tc.batch_size // s.batching.micro_batches  # the rows of each micro-batch
+  stream = step_batches(data.split("train"), data.spec, tc.batch_size, tc.seed, step,
+                        s.put.rows(micro_rows), s.batching)
   add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
   window = (None if book.window is None else
             jax.device_put({k: np.float32(v) for k, v in book.window.items()}, s.replicated))
@@ -521,10 +573,11 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
     throughput.restart()  # compiling (check_fits) is not training speed
     bar.start()
     while step < tc.num_steps:
-      batch = next(stream)
+      micro = next(stream)  # the step's batch: its k micro-batches, this process's rows of each
       if agree:
-        batch["stop"] = np.full(len(batch["label"]), stop.requested, np.int32)
-      state, sums = s.train_step(state, s.put(batch, tc.batch_size))
+        for batch in micro:
+          batch["stop"] = np.full(len(batch["label"]), stop.requested, np.int32)
+      state, sums = s.train_step(state, [s.put(batch, micro_rows) for batch in micro])
       # Read one step late, so the host keeps the next step queued; all read the same step's.
       previous_flag, flag = flag, sums.pop("stop", None)
       # Summed on the device; fetched only at log points so the host never waits in between.
@@ -594,7 +647,8 @@ def _anyone(says: bool) -> bool:
 def check_fits(config: ml_collections.ConfigDict, s: Setup, state: TrainState, spec: TaskSpec,
                steps: tuple[str, ...] = ("train", "eval")) -> dict[str, int | None]:
   """XLA's estimate of each step's bytes per device, at the task's full length T, checked against
-  the device's memory before anything runs (the compiled program is the one the run then uses).
+  the device's memory before anything runs (the compiled program is the one the run then uses;
+  with micro-batches, one micro-batch's accumulation at T, the largest program of a step).
 
   Raises:
     OutOfMemoryError: a step needs more than the device has; the one line names the settings
@@ -606,8 +660,9 @@ def check_fits(config: ml_collections.ConfigDict, s: Setup, state: TrainState, s
     mib = np.asarray(min((have or 2**62) >> 20, 2**31 - 1), np.int32)
     have = int(np.min(multihost_utils.process_allgather(mib))) << 20
   need = {}
+  micro = s.batching.micro_batches
   for kind in steps:
-    rows = config.train.batch_size if kind == "train" else config.eval.batch_size
+    rows = config.train.batch_size // micro if kind == "train" else config.eval.batch_size
     shapes = {**{k: ((rows, spec.seq_len), jnp.int32) for k in _input_keys(spec)},
               **{"mask" + k[len("inputs"):]: ((rows, spec.seq_len), jnp.bool_)
                  for k in _input_keys(spec)},
@@ -616,8 +671,11 @@ def check_fits(config: ml_collections.ConfigDict, s: Setup, state: TrainState, s
       shapes["stop"] = ((rows,), jnp.int32)
     batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=s.put.sharding)
              for k, (shape, dtype) in shapes.items()}
-    step_fn = s.train_step if kind == "train" else s.eval_step
-    need[kind] = memory.step_bytes(step_fn.lower(state, batch).compile())
+    if kind == "train" and micro > 1:
+      need[kind] = s.train_step.micro_bytes(state, batch)
+    else:
+      step_fn = s.train_step if kind == "train" else s.eval_step
+      need[kind] = memory.step_bytes(step_fn.lower(state, batch).compile())
     if need[kind] and have and need[kind] > have:
       raise memory.does_not_fit(config, kind, need[kind], have, source)
   return need

@@ -71,14 +71,16 @@ def _fault_at(step: int) -> None:
 def _probed(batches, kind: str):
   def wrapper(*args, **kwargs):
     step = 0
-    if kind == "train":  # train_batches(arrays, spec, batch_size, seed, start_step, ...)
+    if kind == "train":  # step_batches(arrays, spec, batch_size, seed, start_step, ...)
       step = kwargs.get("start_step", args[4] if len(args) > 4 else 0)
     for batch in batches(*args, **kwargs):
       if kind == "train":
         step += 1
         _fault_at(step)
-      inputs = [batch[k] for k in sorted(batch) if k.startswith("inputs")]
-      _log({"kind": kind, "step": step, "time": time.time(), "label": batch["label"].tolist(),
+      parts = batch if isinstance(batch, tuple) else (batch,)  # a step's micro-batches, in order
+      inputs = [part[k] for part in parts for k in sorted(part) if k.startswith("inputs")]
+      _log({"kind": kind, "step": step, "time": time.time(),
+            "label": [y for part in parts for y in part["label"].tolist()],
             "inputs": hashlib.sha256(b"".join(a.tobytes() for a in inputs)).hexdigest()})
       yield batch
   return wrapper
@@ -114,7 +116,7 @@ def _disk_full_at(step: str) -> None:
 
 if "LRA_PROBE_DISK_FULL_AT_CHECKPOINT" in os.environ:
   _disk_full_at(os.environ["LRA_PROBE_DISK_FULL_AT_CHECKPOINT"])
-train.train_batches = _probed(train.train_batches, "train")
+train.step_batches = _probed(train.step_batches, "train")
 train.eval_batches = _probed(train.eval_batches, "eval")
 sys.addaudithook(_audit)
 sys.argv[0] = "lra"

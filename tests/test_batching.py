@@ -1,4 +1,6 @@
-"""Per-batch padding and length bucketing: same examples, fewer pads, the same maths."""
+"""Per-batch padding, length bucketing and sorted micro-batches: same examples, fewer pads, the
+same maths."""
+import dataclasses
 import json
 
 import jax
@@ -13,7 +15,8 @@ from lra.configs.common import base_config
 from lra.models.build import build_model
 from lra.models.mixers import MIXERS
 from lra.tasks.contract.batches import (Batching, epoch_plan, eval_batches, example_lengths,
-                                        indexed_eval_batches, make_batch, train_batches)
+                                        indexed_eval_batches, make_batch, split_batch,
+                                        step_batches, train_batches)
 from lra.tasks.contract.spec import TaskSpec
 from lra.writers import read_metrics
 
@@ -22,6 +25,7 @@ SPEC = TaskSpec(vocab_size=12, seq_len=40, num_classes=3)
 FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 PER_BATCH = Batching(padding="batch", quantum=16)
 BUCKETS = Batching(padding="batch", quantum=16, bucketing=True)
+SORTED = Batching(padding="sorted", quantum=16, micro_batches=2)
 
 
 def _arrays(n, spec=SPEC, seed=0, low=1):
@@ -37,7 +41,8 @@ def _arrays(n, spec=SPEC, seed=0, low=1):
   return arrays
 
 
-@pytest.mark.parametrize("batching", [Batching(), BUCKETS], ids=["fixed", "bucketing"])
+@pytest.mark.parametrize("batching", [Batching(), BUCKETS, Batching(padding="sorted", quantum=16)],
+                         ids=["fixed", "bucketing", "sorted"])
 def test_indexed_eval_batches_name_the_examples_of_their_rows(batching):
   """Row r < len(indices) of each batch is example indices[r] (what `lra eval --predictions`
   relies on to put each prediction back in data order); every example appears once."""
@@ -51,7 +56,7 @@ def test_indexed_eval_batches_name_the_examples_of_their_rows(batching):
     np.testing.assert_array_equal(batch["inputs"][:real], arrays["inputs"][indices, :width])
     seen.extend(indices)
   assert sorted(seen) == list(range(45))
-  if batching.bucketing:
+  if batching.padding != "fixed":
     assert seen != sorted(seen)  # length order, so the indices carry information
 
 
@@ -106,7 +111,7 @@ def test_bucketing_plans_a_seeded_epoch_of_the_same_examples_with_fewer_pads():
   grouped, grouped_t = epoch_plan(lengths, SPEC, 16, seed=3, epoch=0, batching=BUCKETS)
   assert grouped.shape == plain.shape == (62, 16)  # as many steps, the same examples dropped
   np.testing.assert_array_equal(np.sort(grouped.ravel()), np.sort(plain.ravel()))
-  assert set(grouped_t) <= {16, 32, 40}
+  assert set(grouped_t.ravel()) <= {16, 32, 40}
   buckets = -(-lengths[grouped] // 16)
   mixed = (buckets.min(1) != buckets.max(1)).sum()
   assert mixed <= 2  # only the buckets' remainders share a batch (3 buckets)
@@ -134,7 +139,8 @@ def test_every_host_reads_its_rows_of_the_same_global_batch_and_resume_is_exact(
       np.testing.assert_array_equal(np.concatenate([p[key] for p in pieces]), value)
 
 
-@pytest.mark.parametrize("batching", [PER_BATCH, BUCKETS], ids=["per_batch", "bucketing"])
+@pytest.mark.parametrize("batching", [PER_BATCH, BUCKETS, SORTED],
+                         ids=["per_batch", "bucketing", "sorted"])
 def test_eval_counts_every_example_once_on_any_host_split(batching):
   arrays = _arrays(45)
   shards = [(0, 8), (8, 16)]
@@ -254,7 +260,102 @@ def test_a_run_records_its_batching_and_evaluates_every_example(tmp_path):
                               "data.pad_quantum=16", "data.bucketing=True"])
   final = json.loads((tmp_path / "run" / "final.json").read_text())
   assert final["status"] == "complete"
-  assert final["batching"] == {"padding": "batch", "quantum": 16, "bucketing": True}
+  assert final["batching"] == {"padding": "batch", "quantum": 16, "bucketing": True,
+                               "micro_batches": 1}
   rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
   assert [r["test/num_examples"] for r in rows if "test/num_examples" in r] == [64]
   assert result == final
+
+
+# --- Sorted micro-batches: the protocol's batch, cut by length into k, one update. --------------
+
+def test_sorted_micro_batches_keep_each_batch_and_cut_it_by_length():
+  arrays = _arrays(1000)
+  lengths = example_lengths(arrays, SPEC)
+  drawn, drawn_t = epoch_plan(lengths, SPEC, 16, seed=3, epoch=0, batching=PER_BATCH)
+  cut, cut_t = epoch_plan(lengths, SPEC, 16, seed=3, epoch=0,
+                          batching=dataclasses.replace(SORTED, micro_batches=4))
+  assert cut.shape == drawn.shape == (62, 16)
+  assert cut_t.shape == (62, 4) and drawn_t.shape == (62, 1)
+  # The protocol's batches, step by step: the same examples, only their rows reordered.
+  np.testing.assert_array_equal(np.sort(cut, 1), np.sort(drawn, 1))
+  assert (np.diff(lengths[cut], axis=1) >= 0).all()  # by length within each batch
+  longest = lengths[cut].reshape(62, 4, 4).max(2)  # micro-batch i: rows 4i..4i+3
+  assert cut_t.tolist() == [[SORTED.padded_length(int(m), 40) for m in row] for row in longest]
+  np.testing.assert_array_equal(cut_t[:, -1], drawn_t[:, 0])  # the last holds the batch's longest
+  assert (cut_t * 4).sum() < 0.8 * (drawn_t * 16).sum()  # tokens computed: far fewer
+  # Without sorting, micro-batch i takes rows i, i + k, ... of the drawn batch at the batch's T.
+  fixed, fixed_t = epoch_plan(lengths, SPEC, 16, seed=3, epoch=0,
+                              batching=Batching(micro_batches=4))
+  np.testing.assert_array_equal(fixed.reshape(62, 4, 4), drawn.reshape(62, 4, 4).transpose(0, 2, 1))
+  assert (fixed_t == 40).all()
+
+
+def test_every_host_reads_its_rows_of_each_micro_batch_and_resume_is_exact():
+  arrays = _arrays(100)
+  batching = dataclasses.replace(SORTED, micro_batches=3)
+  shards = [(0, 2), (2, 4)]  # two hosts, each with 2 of every micro-batch's 4 rows
+  whole = train_batches(arrays, SPEC, 12, seed=5, batching=batching)
+  steps = step_batches(arrays, SPEC, 12, seed=5, batching=batching)
+  for _ in range(9):
+    next(steps), next(whole)
+  resumed = step_batches(arrays, SPEC, 12, 5, 9, batching=batching)
+  hosts = [step_batches(arrays, SPEC, 12, 5, 9, rows, batching) for rows in shards]
+  for _ in range(10):  # crosses an epoch boundary (100 // 12 = 8 steps per epoch)
+    micro, again, batch = next(steps), next(resumed), next(whole)
+    pieces = [next(h) for h in hosts]
+    assert len(micro) == 3 and [m["inputs"].shape[1] for m in micro] == sorted(
+        m["inputs"].shape[1] for m in micro)
+    for i, part in enumerate(micro):
+      for key, value in part.items():
+        np.testing.assert_array_equal(again[i][key], value)
+        np.testing.assert_array_equal(np.concatenate([p[i][key] for p in pieces]), value)
+    # The whole batch is the micro-batches' rows, in their order, at the batch's T.
+    np.testing.assert_array_equal(np.concatenate([m["label"] for m in micro]), batch["label"])
+    assert batch["inputs"].shape[1] == micro[-1]["inputs"].shape[1]
+
+
+def _split_step(model):
+  """make_steps' train step, each of its programs compiled with FAST_COMPILE per shape."""
+  step, _ = train.make_steps(model, distributed.data_mesh(), 1)
+  return dataclasses.replace(step, whole=_per_shape(step.whole),
+                             accumulate=_per_shape(step.accumulate), update=_per_shape(step.update))
+
+
+# Every mixer: the whole batch and its two micro-batches compile separately (about 10 s a mixer on
+# a free core), so the paper's two mixers by default and all of them with -m slow.
+@pytest.mark.usefixtures("highest_precision")  # T=40, 32 and 16 may compile to other kernels
+@pytest.mark.parametrize("mixer", [m if m in ("latte", "softmax") else
+                                   pytest.param(m, marks=pytest.mark.slow) for m in sorted(MIXERS)])
+def test_sorted_micro_batches_make_the_whole_batchs_adamw_update(mixer):
+  spec, model, params, arrays, _ = _case(mixer)
+  by_length = np.argsort(example_lengths(arrays, spec), kind="stable")
+  rows = np.stack([by_length[:4], by_length[-4:]], 1).ravel()  # short and long rows alternate
+  batch = make_batch(arrays, rows, spec)  # fixed padding: [8,40]
+  # Two long rows count 0: 4 and 2 real rows, so a mean of the micro-batches' means would differ.
+  batch["weight"][[1, 3]] = 0.0
+  micro = split_batch(batch, SORTED, spec.seq_len)
+  assert [m["mask"].shape for m in micro] == [(4, 16), (4, 32)]  # each cut to its own longest
+  np.testing.assert_array_equal(np.sort(np.concatenate([m["label"] for m in micro])),
+                                np.sort(batch["label"]))
+  step = _split_step(model)
+  # AdamW's first step is lr * g / (|g| + eps): a gradient that is zero but for float noise
+  # (~1e-7 here) would move its parameter by up to lr with optax's eps=1e-8. With eps=1e-4 that
+  # noise moves a parameter by at most ~1e-3 lr, and a real gradient (|g| >> 1e-4) still by ~lr.
+  lr = 1e-2
+  results = []
+  for parts in ((batch,), micro):
+    state = TrainState.create(apply_fn=model.apply, params=jax.tree.map(np.array, params)["params"],
+                              tx=optax.adamw(lr, eps=1e-4))
+    results.append(jax.device_get(step(state, [jax.device_put(p) for p in parts])))
+  (whole, whole_sums), (split, split_sums) = results
+  assert split_sums["count"] == whole_sums["count"] == 6
+  assert split_sums["correct_sum"] == whole_sums["correct_sum"]
+  for key in ("loss_sum", "grad_norm"):
+    np.testing.assert_allclose(split_sums[key], whole_sums[key], rtol=1e-5)
+  start = jax.device_get(params["params"])
+  moved = max(np.abs(a - b).max() for a, b in zip(jax.tree.leaves(whole.params),
+                                                  jax.tree.leaves(start)))
+  assert moved > 0.5 * lr  # the step did something
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-2 * lr),
+               split.params, whole.params)

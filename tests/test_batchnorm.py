@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from lra import optim, run, train
+from lra import errors, optim, run, train
 from lra.config_loading import resolve_config
 from lra.models.build import build_model
 from lra.writers import read_metrics
@@ -72,12 +72,17 @@ def test_evaluation_uses_running_statistics_so_an_example_scores_alone_as_in_a_b
   assert np.abs(np.asarray(trained_alone[0]) - np.asarray(trained[0])).max() > 1e-3
 
 
-def test_micro_batches_are_refused_with_batch_norm():
+@pytest.mark.parametrize("padding, micro", [("fixed", 2), ("sorted", 1), ("sorted", 2)])
+def test_micro_batches_and_sorted_padding_are_refused_with_batch_norm(padding, micro):
+  """BatchNorm's statistics span the batch's rows and positions: a micro-batch, or a batch cut to
+  its own length, would be normalised by other numbers. One line with the settings that fix it."""
   config = _s5_published()
   with config.unlocked():
-    config.train.grad_accum_steps = 2
-  with pytest.raises(ValueError, match="grad_accum_steps=1"):
+    config.train.grad_accum_steps, config.data.padding = micro, padding
+  with pytest.raises(errors.BadValue, match="model.norm=batch") as refused:
     train.setup(config, SPEC)
+  assert "\n" not in str(refused.value)
+  assert "--config.train.grad_accum_steps=1 --config.data.padding=fixed" in str(refused.value)
 
 
 def test_a_batch_norm_run_resumes_to_the_same_losses(tmp_path):

@@ -20,7 +20,7 @@ import pytest
 from lra.models.build import build_model
 from lra import distributed, run, train
 from lra.writers import read_metrics
-from lra.tasks.contract.batches import eval_batches, train_batches
+from lra.tasks.contract.batches import Batching, eval_batches, split_batch, train_batches
 from lra.tasks.contract.cache import PreparedData
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,9 +102,11 @@ def _wait_for_checkpoint(run_dir, proc, after=0, timeout=600):
   raise TimeoutError(run_dir)
 
 
-# Length buckets (smoke lengths 1-32 in quanta of 8: four batch shapes) must resume as exactly.
+# Length buckets and sorted micro-batches (smoke lengths 1-32 in quanta of 8: four batch shapes)
+# must resume as exactly.
 BATCHING = {"fixed": [], "bucketing": ["data.padding=batch", "data.pad_quantum=8",
-                                       "data.bucketing=True"]}
+                                       "data.bucketing=True"],
+            "sorted": ["data.padding=sorted", "data.pad_quantum=8", "train.grad_accum_steps=2"]}
 
 
 @pytest.mark.slow  # three CLI subprocesses and a reference run
@@ -164,14 +166,15 @@ def _smoke_state(tmp_path, data_dir, overrides=(), tx=None):
 def test_accumulating_micro_batches_equals_one_larger_batch(data_dir, tmp_path):
   # Plain SGD with rate 1, so the parameter change is the gradient itself (Adam's first step is
   # about lr * sign(g), which magnifies float noise in near-zero gradients).
-  _, _, model, state, batch = _smoke_state(tmp_path, data_dir, tx=optax.sgd(1.0))
+  _, data, model, state, batch = _smoke_state(tmp_path, data_dir, tx=optax.sgd(1.0))
   batch["weight"][[3, 10]] = 0.0  # weight-0 rows must not count, whichever micro-batch has them
   mesh = distributed.data_mesh()
   results = {}
+  step, _ = train.make_steps(model, mesh, dropout_seed=1)
   for k in (1, 4):
-    step, _ = train.make_steps(model, mesh, dropout_seed=1, grad_accum_steps=k)
     copy = jax.tree.map(jnp.array, state)  # the step donates its input
-    results[k] = jax.device_get(step(copy, batch))
+    micro = split_batch(batch, Batching(micro_batches=k), data.spec.seq_len)
+    results[k] = jax.device_get(step(copy, micro))
   (one, sums_one), (four, sums_four) = results[1], results[4]
   assert sums_four["count"] == sums_one["count"] == 14
   for key in ("loss_sum", "correct_sum", "grad_norm"):

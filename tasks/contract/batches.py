@@ -6,9 +6,12 @@ eval batch, so every eval example counts exactly once).
 
 T is the task's length, or with `Batching(padding="batch")` the batch's own longest example
 rounded up to a multiple of `quantum` (exact: every mixer is padding invariant); with
-`bucketing=True` training batches are drawn from examples of similar length. Whatever the mode,
-every host of a multi-host run plans the same global batches from the same data, so they agree on
-each batch's rows and on its T.
+`bucketing=True` training batches are drawn from examples of similar length. A training step may
+take its batch as k micro-batches (`micro_batches`, one optimizer update from their summed
+gradient); with `padding="sorted"` the batch's rows are sorted by length before the cut and each
+micro-batch is padded to its own longest, so the short rows stop paying for the long ones.
+Whatever the mode, every host of a multi-host run plans the same global batches from the same
+data, so they agree on each batch's rows, its micro-batches and their T.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import numpy as np
 from lra import errors
 from lra.tasks.contract.spec import TaskSpec
 
-PADDINGS = ("fixed", "batch")
+PADDINGS = ("fixed", "batch", "sorted")
 MAX_SHAPES = 64  # distinct batch lengths (XLA compiles one program per length)
 
 
@@ -30,16 +33,23 @@ class Batching:
   """How batches are shaped.
 
   Attributes:
-    padding: "fixed" (every batch padded to the task's length T) or "batch" (to the batch's
-      longest example, rounded up to a multiple of `quantum`, at most T).
+    padding: "fixed" (every batch padded to the task's length T), "batch" (to the batch's
+      longest example, rounded up to a multiple of `quantum`, at most T) or "sorted" (the
+      batch's rows sorted by length, each micro-batch padded to its own longest, rounded so;
+      evaluation batches drawn in length order).
     quantum: the rounding of padded lengths, which bounds the shapes to ceil(T / quantum).
     bucketing: training batches from length buckets of width `quantum` (needs padding="batch").
       Changes which examples share a batch (not which examples an epoch sees); eval is unchanged
       in content, its examples grouped by length.
+    micro_batches: k, the micro-batches of B/k rows a training batch is cut into (one update
+      from their summed gradient: train.grad_accum_steps). Sorted: micro-batch i holds the
+      batch's rows i*B/k..(i+1)*B/k - 1 in length order; otherwise row r goes to micro-batch
+      r % k (each device keeps its own rows), all padded to the batch's T.
   """
   padding: str = "fixed"
   quantum: int = 128
   bucketing: bool = False
+  micro_batches: int = 1
 
   def check(self, seq_len: int) -> None:
     """Raises ValueError with the fix for settings that cannot work for a task of length T."""
@@ -50,17 +60,49 @@ class Batching:
                             "--config.data.padding=batch as well")
     if self.quantum < 1:
       raise errors.BadValue(f"data.pad_quantum must be >= 1, got {self.quantum}")
-    if self.padding == "batch" and math.ceil(seq_len / self.quantum) > MAX_SHAPES:
+    if self.micro_batches < 1:
+      raise errors.BadValue(f"train.grad_accum_steps must be >= 1, got {self.micro_batches}")
+    if self.padding != "fixed" and math.ceil(seq_len / self.quantum) > MAX_SHAPES:
       raise errors.BadValue(
           f"data.pad_quantum={self.quantum} gives up to {math.ceil(seq_len / self.quantum)} batch "
           f"lengths for T={seq_len}, each compiled separately; pass "
           f"--config.data.pad_quantum={math.ceil(seq_len / MAX_SHAPES)} or more")
 
   def padded_length(self, longest: int, seq_len: int) -> int:
-    """T of a batch whose longest example has `longest` tokens."""
+    """T of a batch (or a sorted micro-batch) whose longest example has `longest` tokens."""
     if self.padding == "fixed":
       return seq_len
     return min(seq_len, max(1, math.ceil(longest / self.quantum)) * self.quantum)
+
+  @property
+  def sorts(self) -> bool:
+    """Whether batches are ordered by length: sorted micro-batches, and evaluation with them."""
+    return self.padding == "sorted"
+
+  def cut(self, plan: np.ndarray, lengths: np.ndarray,
+          seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Batches [S,B] of example indices -> (the same rows in micro-batch order [S,B], each
+    micro-batch's padded T [S,k]): micro-batch i of step s is plan[s, i*B/k:(i+1)*B/k].
+
+    Sorted: the rows by length (stable, so equal lengths keep the drawn order), each micro-batch
+    padded to its own longest. Otherwise row r of the drawn batch goes to micro-batch r % k and
+    every micro-batch takes the batch's T, as one batch would.
+    """
+    steps, rows = plan.shape
+    k = self.micro_batches
+    if rows % k:
+      raise errors.BadValue(
+          f"train.batch_size={rows} must be a multiple of train.grad_accum_steps={k}; pass e.g. "
+          f"--config.train.grad_accum_steps={max(d for d in range(1, k + 1) if rows % d == 0)}")
+    if self.sorts:
+      plan = np.take_along_axis(plan, np.argsort(lengths[plan], axis=1, kind="stable"), axis=1)
+      longest = lengths[plan].reshape(steps, k, rows // k).max(axis=2)
+    else:
+      plan = plan.reshape(steps, rows // k, k).transpose(0, 2, 1).reshape(steps, rows)
+      longest = np.repeat(lengths[plan].max(axis=1, initial=0)[:, None], k, axis=1)
+    padded = np.array([[self.padded_length(int(m), seq_len) for m in row] for row in longest],
+                      np.int64).reshape(steps, k)
+    return plan, padded
 
 
 def example_lengths(arrays: Mapping[str, np.ndarray], spec: TaskSpec,
@@ -156,10 +198,12 @@ def bucketed_batches(perm: np.ndarray, lengths: np.ndarray, batch_size: int, qua
 
 def epoch_plan(lengths: np.ndarray, spec: TaskSpec, batch_size: int, seed: int, epoch: int,
                batching: Batching = Batching()) -> tuple[np.ndarray, np.ndarray]:
-  """One training epoch: example indices [S,B] and each batch's padded length T [S].
+  """One training epoch: example indices [S,B] in micro-batch order and each micro-batch's
+  padded length T [S,k] (k = batching.micro_batches; see `Batching.cut`).
 
   A function of (lengths, seed, epoch, batching) only: resume at any step is exact, and every
-  host of a multi-host run computes the same plan.
+  host of a multi-host run computes the same plan. The batches (which examples, in which step)
+  do not depend on the padding or on k; bucketing changes them.
   """
   n = len(lengths)
   per_epoch = steps_per_epoch(n, batch_size)
@@ -168,46 +212,88 @@ def epoch_plan(lengths: np.ndarray, spec: TaskSpec, batch_size: int, seed: int, 
     plan = bucketed_batches(perm, lengths, batch_size, batching.quantum, seed, epoch)
   else:
     plan = perm[:per_epoch * batch_size].reshape(per_epoch, batch_size)
-  padded = np.array([batching.padded_length(int(m), spec.seq_len)
-                     for m in lengths[plan].max(axis=1)], np.int64)
-  return plan, padded
+  return batching.cut(plan, lengths, spec.seq_len)
 
 
-def train_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: int, seed: int,
-                  start_step: int = 0, rows: tuple[int, int] | None = None,
-                  batching: Batching = Batching(),
-                  lengths: np.ndarray | None = None) -> Iterator[dict[str, np.ndarray]]:
-  """Infinite training stream; batch k is the same whether the run started at 0 or resumed at k.
+def _lengths(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batching: Batching,
+             lengths: np.ndarray | None = None) -> np.ndarray:
+  """Each example's length where the padding reads it, else T for all (no scan)."""
+  if lengths is not None:
+    return lengths
+  if batching.padding == "fixed":
+    return np.full(len(arrays["label"]), spec.seq_len, np.int64)
+  return example_lengths(arrays, spec)
+
+
+def step_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: int, seed: int,
+                 start_step: int = 0, rows: tuple[int, int] | None = None,
+                 batching: Batching = Batching(), lengths: np.ndarray | None = None
+                 ) -> Iterator[tuple[dict[str, np.ndarray], ...]]:
+  """Infinite training stream of each step's k micro-batches (a tuple; one batch when k = 1);
+  step s is the same whether the run started at 0 or resumed at s.
 
   Each epoch is a seeded permutation with the remainder dropped (grouped by length with
-  bucketing, see `epoch_plan`). `rows=(start, stop)` yields only those rows of every global batch
-  (one host's share in a multi-host run). `lengths` (from `example_lengths`) saves a scan when the
+  bucketing, see `epoch_plan`). `rows=(start, stop)` yields only those rows of every global
+  micro-batch of batch_size / k rows (one host's share in a multi-host run), so every device
+  holds rows of every micro-batch. `lengths` (from `example_lengths`) saves a scan when the
   caller has them.
   """
   batching.check(spec.seq_len)
-  n = len(arrays["label"])
-  if lengths is None:
-    lengths = (example_lengths(arrays, spec) if batching.padding == "batch"
-               else np.full(n, spec.seq_len, np.int64))
-  per_epoch = steps_per_epoch(n, batch_size)
-  start, stop = rows or (0, batch_size)
+  lengths = _lengths(arrays, spec, batching, lengths)
+  per_epoch = steps_per_epoch(len(arrays["label"]), batch_size)
+  k = batching.micro_batches
+  size = batch_size // k
+  start, stop = rows or (0, size)
   step, plan_epoch, plan, padded = start_step, None, None, None
   while True:
     epoch, index = divmod(step, per_epoch)
     if epoch != plan_epoch:  # once per epoch: a permutation of 160k rows is not free
       plan_epoch = epoch
       plan, padded = epoch_plan(lengths, spec, batch_size, seed, epoch, batching)
-    yield make_batch(arrays, plan[index][start:stop], spec, length=int(padded[index]))
+    yield tuple(make_batch(arrays, plan[index][i * size:(i + 1) * size][start:stop], spec,
+                           length=int(padded[index, i])) for i in range(k))
     step += 1
+
+
+def train_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: int, seed: int,
+                  start_step: int = 0, rows: tuple[int, int] | None = None,
+                  batching: Batching = Batching(),
+                  lengths: np.ndarray | None = None) -> Iterator[dict[str, np.ndarray]]:
+  """`step_batches` with each step's batch whole (micro_batches=1): the same examples in the same
+  steps; `rows` are rows of the whole batch. Sorted padding orders each batch's rows by length."""
+  whole = dataclasses.replace(batching, micro_batches=1)
+  for (batch,) in step_batches(arrays, spec, batch_size, seed, start_step, rows, whole, lengths):
+    yield batch
+
+
+def split_batch(batch: Mapping[str, np.ndarray], batching: Batching,
+                seq_len: int) -> tuple[dict[str, np.ndarray], ...]:
+  """A whole batch already in memory -> its k micro-batches, as `step_batches` cuts a planned
+  one (lengths read from its masks). For tools and tests that hold batches, not a cache."""
+  masks = [v for key, v in batch.items() if key.startswith("mask")]
+  real = np.zeros(masks[0].shape, bool)
+  for mask in masks:
+    real |= np.asarray(mask, bool)
+  width = real.shape[1]
+  lengths = np.where(real.any(1), width - np.argmax(real[:, ::-1], axis=1), 0)
+  plan, padded = batching.cut(np.arange(len(lengths))[None], lengths, seq_len)
+  size = len(lengths) // batching.micro_batches
+  micro = []
+  for i, t in enumerate(padded[0]):
+    rows = plan[0, i * size:(i + 1) * size]
+    micro.append({key: (np.asarray(v)[rows] if np.ndim(v) == 1 else np.asarray(v)[rows, :t])
+                  for key, v in batch.items()})
+  return tuple(micro)
 
 
 def eval_plan(lengths: np.ndarray, spec: TaskSpec, batch_size: int,
               batching: Batching = Batching()) -> list[tuple[np.ndarray, int]]:
   """(example indices, padded T) of every eval batch: each example once, the last batch short.
 
-  In data order; with bucketing, in order of length, so that batches need little padding.
+  In data order; with bucketing or sorted padding, in order of length, so that batches need
+  little padding (each example is scored on its own: the order changes no score).
   """
-  order = (np.argsort(lengths, kind="stable") if batching.bucketing
+  order = (np.argsort(lengths, kind="stable") if batching.bucketing or batching.sorts
            else np.arange(len(lengths)))
   chunks = [order[first:first + batch_size] for first in range(0, len(order), batch_size)]
   return [(c, batching.padded_length(int(lengths[c].max()), spec.seq_len)) for c in chunks]
@@ -230,9 +316,7 @@ def indexed_eval_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch
   """eval_batches with each global batch's example indices: its first len(indices) rows are
   those examples, in that order; the rest are weight-0 filler."""
   batching.check(spec.seq_len)
-  n = len(arrays["label"])
-  lengths = (example_lengths(arrays, spec) if batching.padding == "batch"
-             else np.full(n, spec.seq_len, np.int64))
+  lengths = _lengths(arrays, spec, batching)
   start, stop = rows or (0, batch_size)
   for indices, length in eval_plan(lengths, spec, batch_size, batching):
     yield indices, make_batch(arrays, indices[start:stop], spec, num_rows=stop - start,
