@@ -1,11 +1,14 @@
 """`lra bench --epoch TASK`: one training epoch on the prepared data under fixed padding, per-batch
-padding and length bucketing, with the number of programs XLA compiles for each.
+padding, sorted micro-batches (k = 2, 4, 8, ...) and length bucketing, with the tokens each
+computes and the number of programs XLA compiles for each.
 
-Every mode's epoch is planned exactly as training plans it (tasks.contract.batches.epoch_plan).
-By default a few steps are timed at each batch length and the epoch time is the sum over its
-batches of their length's median (the step time depends on the shape, not on the tokens);
-`--full-epoch` times every step instead. The modes are timed interleaved, so a change in the
-machine's load touches them alike.
+Every mode's epoch is planned exactly as training plans it (tasks.contract.batches.epoch_plan) and
+its steps run the programs training runs (lra.train.TrainStep: one program per batch, or one per
+micro-batch and an update). By default a few calls of each program shape are timed and the epoch
+time is the sum over its steps of their programs' medians (the time depends on the shape, not on
+the tokens); `--sample-steps N` times N whole steps of each mode instead (the same step indices,
+evenly spread over the epoch) and `--full-epoch` every step. Modes are timed interleaved, so a
+change in the machine's load touches them alike.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import dataclasses
 import datetime
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -28,30 +32,87 @@ from lra.config_loading import resolve_config
 from lra.models.build import execution_path
 from lra.tasks.contract.batches import Batching, epoch_plan, example_lengths, make_batch
 
-MODES = ("fixed", "batch", "bucketing")
+MODES = ("fixed", "batch", "sorted2", "sorted4", "sorted8", "bucketing")
+_SORTED = re.compile(r"sorted([1-9][0-9]*)")
 
 
 def mode_batching(mode: str, quantum: int) -> Batching:
-  """fixed: pad to the task's T; batch: to each batch's longest; bucketing: batch + buckets."""
-  if mode not in MODES:
-    raise errors.BadValue(f"Unknown batching mode '{mode}'. Valid modes: {', '.join(MODES)}")
+  """fixed: pad to the task's T; batch: to each batch's longest; sortedK: the batch's rows by
+  length in K micro-batches, each padded to its own longest; bucketing: batch + buckets."""
+  k = _SORTED.fullmatch(mode)
+  if mode not in ("fixed", "batch", "bucketing") and not k:
+    raise errors.BadValue(f"Unknown batching mode '{mode}'. Valid modes: fixed, batch, sortedK "
+                          f"(K micro-batches, e.g. sorted4), bucketing")
   if mode == "fixed":
     return Batching()
+  if k:
+    return Batching(padding="sorted", quantum=quantum, micro_batches=int(k.group(1)))
   return Batching(padding="batch", quantum=quantum, bucketing=mode == "bucketing")
+
+
+class _Programs:
+  """The compiled programs of a training step, one per shape, each compiled once (AOT, so that
+  compile time is measured apart): `whole` per (B, T), `acc` per (B/k, T), one `update`."""
+
+  def __init__(self, s: train.Setup, state, log):
+    self.s, self.state, self.log = s, state, log
+    self.compiled: dict[tuple, Any] = {}
+    self.compile_s: dict[tuple, float] = {}
+    self.flops: dict[tuple, float | None] = {}
+    self.total = None  # a summed gradient, for the accumulating and updating programs
+
+  def _compile(self, key: tuple, lowered) -> Any:
+    if key not in self.compiled:
+      began = time.perf_counter()
+      self.compiled[key] = lowered().compile()
+      self.compile_s[key] = time.perf_counter() - began
+      self.flops[key] = compiled_flops(self.compiled[key])
+      self.log(f"{key}: compiled in {self.compile_s[key]:.1f}s")
+    return self.compiled[key]
+
+  def run(self, key: tuple, batch=None) -> None:
+    """One call of program `key` ("whole", rows, T), ("acc", rows, T) or ("update",)."""
+    step = self.s.train_step
+    if self.total is None:
+      self.total = step.zeros(self.state.params, False)
+    if key[0] == "whole":
+      program = self._compile(key, lambda: step.whole.lower(self.state, batch))
+      self.state, out = program(self.state, batch)
+    elif key[0] == "acc":
+      program = self._compile(key, lambda: step.accumulate.lower(
+          self.total, self.state.params, batch, self.state.step, np.int32(0)))
+      self.total = out = program(self.total, self.state.params, batch, self.state.step,
+                                 np.int32(0))
+    else:  # the update, and the zeros a step starts its sum from
+      program = self._compile(key, lambda: step.update.lower(self.state, self.total))
+      self.state, out = program(self.state, self.total)
+      self.total = step.zeros(self.state.params, False)
+      out = (out, self.total)
+    jax.block_until_ready(out)
+
+
+def _step_keys(batching: Batching, rows: int, padded: np.ndarray) -> list[tuple]:
+  """The programs one step runs, in order, given its micro-batches' lengths [k]."""
+  if batching.micro_batches == 1:
+    return [("whole", rows, int(padded[0]))]
+  size = rows // batching.micro_batches
+  return [("acc", size, int(t)) for t in padded] + [("update",)]
 
 
 def epoch_bench(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str] = (),
                 data_dir: Path | None = None, modes: Sequence[str] = MODES,
-                quantum: int | None = None, steps: int = 3, full: bool = False,
-                log=lambda msg: None) -> dict[str, Any]:
+                quantum: int | None = None, steps: int = 3, sample_steps: int = 0,
+                full: bool = False, log=lambda msg: None) -> dict[str, Any]:
   """Times epoch 0 of `task`'s training split under each batching mode.
 
   Args:
     task, mixer, preset, overrides: the run's config, as `lra run` resolves it.
     data_dir: the prepared data root (default $LRA_DATA_DIR or ~/.cache/lra).
-    modes: a subset of MODES.
+    modes: fixed, batch, sortedK, bucketing (see `mode_batching`).
     quantum: the per-batch padding quantum (default: the config's data.pad_quantum).
-    steps: timed steps per batch length (median; after one untimed step), unless `full`.
+    steps: timed calls per program shape (median; after one untimed call), unless
+      `sample_steps` or `full`.
+    sample_steps: time this many whole steps of each mode (after an untimed pass over them).
     full: time every step of every mode's epoch.
   Returns:
     {"setup": what ran, "modes": [one record per mode]}.
@@ -61,107 +122,134 @@ def epoch_bench(task: str, mixer: str, *, preset: str = "paper", overrides: Sequ
   spec, arrays, tc = data.spec, data.split("train"), config.train
   quantum = quantum or config.data.pad_quantum
   lengths = example_lengths(arrays, spec)
+  batchings = {mode: mode_batching(mode, quantum) for mode in modes}
   plans = {}
-  for mode in modes:
-    batching = mode_batching(mode, quantum)
+  for mode, batching in batchings.items():
     batching.check(spec.seq_len)
     plans[mode] = epoch_plan(lengths, spec, tc.batch_size, tc.seed, 0, batching)
   s = train.setup(config, spec)
-  state = train.init_state(s, spec, tc.seed)
-  start, stop = s.put.rows(tc.batch_size)
+  programs = _Programs(s, train.init_state(s, spec, tc.seed), log)
+  num_steps = len(next(iter(plans.values()))[1])
 
-  def placed(mode: str, index: int):
+  def step_keys(mode: str, index: int) -> list[tuple]:
+    return _step_keys(batchings[mode], tc.batch_size, plans[mode][1][index])
+
+  def batches(mode: str, index: int) -> list:
+    """The step's micro-batches, placed as the training loop places them."""
     plan, padded = plans[mode]
-    return s.put(make_batch(arrays, plan[index][start:stop], spec, length=int(padded[index])),
-                 tc.batch_size)
+    size = tc.batch_size // batchings[mode].micro_batches
+    start, stop = s.put.rows(size)
+    return [s.put(make_batch(arrays, plan[index][i * size:(i + 1) * size][start:stop], spec,
+                             length=int(t)), size) for i, t in enumerate(padded[index])]
 
-  # One program per batch length, as jit compiles them in training.
-  first_of = {}
-  for mode, (_, padded) in plans.items():
-    for index, t in enumerate(padded):
-      first_of.setdefault(int(t), (mode, index))
-  programs, compile_s, flops = {}, {}, {}
-  for t in sorted(first_of):
-    batch = placed(*first_of[t])
+  def timed_step(mode: str, index: int) -> float:
+    """One training step as the loop runs it: gather the rows, place them, run its programs."""
     began = time.perf_counter()
-    programs[t] = s.train_step.lower(state, batch).compile()
-    compile_s[t] = time.perf_counter() - began
-    flops[t] = compiled_flops(programs[t])
-    state, sums = programs[t](state, batch)  # the untimed first call
-    jax.block_until_ready(sums)
-    log(f"T={t}: compiled in {compile_s[t]:.1f}s")
-
-  def timed(mode: str, index: int) -> float:
-    """One training step as the loop runs it: gather the rows, place them, step."""
-    nonlocal state
-    began = time.perf_counter()
-    batch = placed(mode, index)
-    state, sums = programs[int(plans[mode][1][index])](state, batch)
-    jax.block_until_ready(sums)
+    for key, batch in zip(step_keys(mode, index), batches(mode, index) + [None]):
+      programs.run(key, batch)
     return time.perf_counter() - began
 
   if full:
-    totals = {mode: 0.0 for mode in modes}
-    for index in range(len(plans[modes[0]][1])):
-      for mode in modes:  # interleaved, step by step
-        totals[mode] += timed(mode, index)
-      if index % 100 == 0:
-        log(f"step {index}: " + ", ".join(f"{m} {v:.1f}s" for m, v in totals.items()))
-    per_shape = {}
+    chosen = list(range(num_steps))
+  elif sample_steps:
+    chosen = sorted({int(i) for i in np.linspace(0, num_steps - 1, sample_steps)})
   else:
-    samples = {t: [] for t in first_of}
-    cursor = {t: 0 for t in first_of}
-    by_length = {t: [(m, int(i)) for m in modes for i in np.flatnonzero(plans[m][1] == t)]
-                 for t in first_of}
+    chosen = list(range(num_steps))  # every shape of the epoch is timed on its own
+  uses = {}  # each program shape the timed steps run, and a step that runs it
+  for mode in modes:
+    for index in chosen:
+      for key in step_keys(mode, index):
+        uses.setdefault(key, (mode, index))
+
+  def call(key: tuple) -> float:
+    mode, index = uses[key]
+    batch = (batches(mode, index) + [None])[step_keys(mode, index).index(key)]
+    began = time.perf_counter()
+    programs.run(key, batch)
+    return time.perf_counter() - began
+
+  for key in sorted(uses, key=str):  # compiled and called once before anything is timed
+    call(key)
+  per_shape: dict[tuple, float] = {}
+  if full or sample_steps:
+    totals = {mode: 0.0 for mode in modes}
+    for n, index in enumerate(chosen):
+      for mode in modes:  # interleaved, step by step
+        totals[mode] += timed_step(mode, index)
+      if n % 100 == 0 or not full:
+        log(f"step {index}: " + ", ".join(f"{m} {v:.1f}s" for m, v in totals.items()))
+    totals = {mode: v * num_steps / len(chosen) for mode, v in totals.items()}
+  else:
+    samples = {key: [] for key in uses}
     for _ in range(steps):
-      for t in sorted(first_of):  # round robin over the lengths
-        mode, index = by_length[t][cursor[t] % len(by_length[t])]
-        cursor[t] += 1
-        samples[t].append(timed(mode, index))
-    per_shape = {t: statistics.median(v) for t, v in samples.items()}
-    log("step s by T: " + ", ".join(f"{t}: {v:.3f}" for t, v in sorted(per_shape.items())))
-    totals = {mode: float(sum(per_shape[int(t)] for t in plans[mode][1])) for mode in modes}
+      for key in sorted(uses, key=str):  # round robin over the shapes
+        samples[key].append(call(key))
+    per_shape = {key: statistics.median(v) for key, v in samples.items()}
+    log("program s by shape: " + ", ".join(f"{k}: {v:.3f}" for k, v in per_shape.items()))
+    totals = {mode: float(sum(per_shape[key] for index in range(num_steps)
+                              for key in step_keys(mode, index))) for mode in modes}
 
   records = []
   for mode in modes:
     plan, padded = plans[mode]
-    shapes = sorted({int(t) for t in padded})
-    real = float(np.minimum(lengths[plan], padded[:, None]).sum())
-    work = [flops[int(t)] for t in padded]
+    batching = batchings[mode]
+    size = tc.batch_size // batching.micro_batches
+    keys = sorted({key for index in range(num_steps) for key in step_keys(mode, index)},
+                  key=str)
+    shapes = sorted({int(t) for t in padded.ravel()})
+    micro_lengths = lengths[plan].reshape(num_steps, batching.micro_batches, size)
+    real = float(np.minimum(micro_lengths, padded[:, :, None]).sum())
+    tokens = float(padded.sum() * size)
+    work = [sum(programs.flops.get(key) or np.nan for key in step_keys(mode, index))
+            for index in range(num_steps)]
     records.append({
-        "mode": mode, "batching": dataclasses.asdict(mode_batching(mode, quantum)),
-        "steps": len(padded), "compiles": len(shapes), "lengths": shapes,
+        "mode": mode, "batching": dataclasses.asdict(batching),
+        "steps": num_steps, "compiles": len(keys) + (1 if batching.micro_batches > 1 else 0),
+        "lengths": shapes,
         "length_counts": {str(t): int((padded == t).sum()) for t in shapes},
-        "compile_s": sum(compile_s[t] for t in shapes), "mean_len": float(padded.mean()),
-        "pad_fraction": 1.0 - real / float(padded.sum() * plan.shape[1]),
-        "epoch_s": totals[mode], "estimated": not full,
-        "flops_per_s": (sum(work) / totals[mode] if None not in work else None)})
-  base = next((r["epoch_s"] for r in records if r["mode"] == "fixed"), None)
+        "compile_s": sum(programs.compile_s.get(key, 0.0) for key in keys),
+        "mean_len": tokens / (num_steps * tc.batch_size), "tokens": tokens,
+        "pad_fraction": 1.0 - real / tokens,
+        "epoch_s": totals[mode], "steps_per_s": num_steps / totals[mode],
+        "estimated": not full,
+        "flops_per_s": (float(np.sum(work)) / totals[mode] if np.isfinite(work).all()
+                        else None)})
+  base = next((r for r in records if r["mode"] == "fixed"), None)
   for r in records:
-    r["speedup_vs_fixed"] = base / r["epoch_s"] if base else None
+    r["speedup_vs_fixed"] = base["epoch_s"] / r["epoch_s"] if base else None
+    r["tokens_vs_fixed"] = r["tokens"] / base["tokens"] if base else None
+  how = ("every step" if full else f"{len(chosen)} sampled steps" if sample_steps
+         else f"{steps} calls per program shape")
   return {"setup": {
       "task": task, "mixer": mixer, "preset": preset, "overrides": list(overrides),
       "device": device_name(jax.devices()[0]),
       "num_devices": jax.device_count(), "xla_flags": os.environ.get("XLA_FLAGS", ""),
+      "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
       "num_examples": len(lengths), "seq_len": spec.seq_len,
       "length_min": int(lengths.min()), "length_mean": float(lengths.mean()),
       "length_max": int(lengths.max()), "batch_size": tc.batch_size, "quantum": quantum,
       "num_layers": config.model.num_layers, "dim": config.model.dim,
-      "dtype": config.model.dtype, "timed_steps_per_length": None if full else steps,
+      "dtype": config.model.dtype, "timing": how,
+      "timed_steps_per_length": None if full or sample_steps else steps,
+      "sampled_steps": list(chosen) if sample_steps and not full else None,
       "execution_path": execution_path(config),
-      "step_s_by_length": {str(t): v for t, v in sorted(per_shape.items())}},
+      "program_s_by_shape": {"/".join(map(str, k)): v for k, v in per_shape.items()}},
       "modes": records}
 
 
 def markdown(result: dict[str, Any], command: str, sha: str | None = None) -> str:
   """The epoch table with what ran and how the times were taken."""
   u = result["setup"]
-  how = (f"estimated: {u['timed_steps_per_length']} timed steps per batch length (median), "
-         "times that length's batches in the epoch; `--full-epoch` times every step"
-         if u["timed_steps_per_length"] else "measured: every step of the epoch")
+  timing = u.get("timing") or (f"{u['timed_steps_per_length']} calls per program shape"
+                               if u["timed_steps_per_length"] else "every step")
+  how = {"every step": "measured: every step of the epoch"}.get(
+      timing, f"estimated from {timing} (median per shape, times that shape's calls in the "
+      "epoch)" if "shape" in timing else f"estimated from {timing} of each mode (the same step "
+      "indices), times the epoch's steps")
+  cores = f", {u['cpu_cores']} core(s)" if u.get("cpu_cores") else ""
   lines = [
       "# One training epoch per batching mode", "",
-      f"Generated by `{command}` on {u['device']} at "
+      f"Generated by `{command}` on {u['device']}{cores} at "
       f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, git "
       f"{sha or writers.git_sha()}" + (f", XLA_FLAGS={u['xla_flags']}" if u["xla_flags"] else "")
       + ".", "",
@@ -169,13 +257,17 @@ def markdown(result: dict[str, Any], command: str, sha: str | None = None) -> st
       f"tokens (mean {u['length_mean']:.0f}) in T={u['seq_len']}; {u['mixer']}, preset "
       f"{u['preset']}" + (f" with {' '.join(u['overrides'])}" if u["overrides"] else "")
       + f": {u['num_layers']} layer(s), D={u['dim']}, {u['dtype']}, batch {u['batch_size']}; "
-      f"quantum {u['quantum']}. Epoch time {how}; compile time apart.", "",
-      "| mode | steps | compiles | compile s | mean T | pads % | epoch s | speed-up vs fixed "
-      "| GFLOP/s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+      f"quantum {u['quantum']}. Epoch time {how}; compile time apart. Tokens: rows x padded "
+      "length summed over the epoch's (micro-)batches, against fixed padding's.", "",
+      "| mode | steps | compiles | compile s | mean T | tokens | pads % | epoch s | steps/s "
+      "| speed-up vs fixed | GFLOP/s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for r in result["modes"]:
+    tokens = r.get("tokens_vs_fixed")
     lines.append(
         f"| {r['mode']} | {r['steps']} | {r['compiles']} | {r['compile_s']:.1f} | "
-        f"{r['mean_len']:.0f} | {100 * r['pad_fraction']:.1f} | {r['epoch_s']:.1f} | "
+        f"{r['mean_len']:.0f} | " + ("-" if tokens is None else f"{tokens:.2f}") + " | "
+        f"{100 * r['pad_fraction']:.1f} | {r['epoch_s']:.1f} | "
+        f"{r['steps'] / r['epoch_s']:.3g} | "
         + ("-" if r["speedup_vs_fixed"] is None else f"{r['speedup_vs_fixed']:.2f}") + " | "
         + ("-" if r["flops_per_s"] is None else f"{r['flops_per_s'] / 1e9:.1f}") + " |")
   return "\n".join(lines) + "\n"
@@ -192,7 +284,8 @@ def main(args, overrides: Sequence[str]) -> int:
   sha = writers.git_sha()
   results = [epoch_bench(args.epoch, mixer, preset=args.preset, overrides=overrides,
                          data_dir=args.data_dir, modes=modes, quantum=args.quantum,
-                         steps=args.steps, full=args.full_epoch, log=log) for mixer in mixers]
+                         steps=args.steps, sample_steps=args.sample_steps or 0,
+                         full=args.full_epoch, log=log) for mixer in mixers]
   text = "\n".join(markdown(r, command, sha) for r in results)
   print(text)
   for path, body in ((args.json, json.dumps(results, indent=1) + "\n"), (args.md, text)):

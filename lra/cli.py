@@ -245,17 +245,21 @@ def build_parser() -> argparse.ArgumentParser:
   epoch = bench.add_argument_group(
       "one training epoch (--epoch TASK)", "The time of an epoch of TASK's prepared training "
       "data per batching mode, with compile counts; the model is the preset's (--preset, "
-      "--config.*), --mixers picks the mixer (default latte), --steps the timed steps per length.")
+      "--config.*), --mixers picks the mixer (default latte), --steps the timed calls per "
+      "program shape.")
   epoch.add_argument("--epoch", metavar="TASK", help="time one epoch of TASK instead")
   epoch.add_argument("--preset", default="paper")
   epoch.add_argument("--data-dir", type=Path, help="prepared data root (default $LRA_DATA_DIR "
                      "or ~/.cache/lra)")
-  epoch.add_argument("--modes", default="fixed,batch,bucketing",
-                     help="fixed (pad to T), batch (pad to each batch), bucketing")
+  epoch.add_argument("--modes", default="fixed,batch,sorted2,sorted4,sorted8,bucketing",
+                     help="fixed (pad to T), batch (pad to each batch), sortedK (the batch's rows "
+                     "by length in K micro-batches, each padded to its own), bucketing")
   epoch.add_argument("--quantum", type=int, help="per-batch padding quantum (default: the "
                      "config's data.pad_quantum)")
   epoch.add_argument("--full-epoch", action="store_true", help="time every step (default: "
-                     "time --steps steps per batch length and sum over the epoch's batches)")
+                     "time --steps calls per program shape and sum over the epoch's steps)")
+  epoch.add_argument("--sample-steps", type=int, metavar="N", help="time N whole steps of each "
+                     "mode, evenly spread over the epoch (fewer shapes to compile)")
 
   data = sub.add_parser("data", help="generate, prepare and inspect data")
   data_sub = data.add_subparsers(dest="data_command", required=True)

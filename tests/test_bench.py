@@ -75,30 +75,46 @@ def test_unknown_mixer_is_an_actionable_error(capsys):
 
 
 def test_epoch_mode_plans_each_batching_mode_and_counts_its_compiles(tmp_path, capsys):
-  # Smoke ListOps (lengths 1-32 in T=32): quantum 16 gives batches of length 16 or 32.
+  # Smoke ListOps (lengths 1-32 in T=32, batch 16): quantum 16 gives (micro-)batches of length 16
+  # or 32; sorted2 cuts each batch into two micro-batches of 8 rows.
   out = tmp_path / "epoch.json"
   code = main(["bench", "--epoch", "listops", "--preset", "smoke", "--data-dir",
                str(tmp_path / "data"), "--mixers", "softmax", "--quantum", "16", "--steps", "1",
-               "--json", str(out)])
+               "--modes", "fixed,batch,sorted2,bucketing", "--json", str(out)])
   assert code == 0
   (result,) = json.loads(out.read_text())
   rows = {r["mode"]: r for r in result["modes"]}
   assert isinstance(result["setup"]["execution_path"], str)
-  assert list(rows) == ["fixed", "batch", "bucketing"]
+  assert list(rows) == ["fixed", "batch", "sorted2", "bucketing"]
   assert {r["steps"] for r in rows.values()} == {256 // 16}  # the same epoch length
   assert rows["fixed"]["compiles"] == 1 and rows["fixed"]["lengths"] == [32]
-  for r in rows.values():
-    assert r["compiles"] == len(r["lengths"]) and set(r["lengths"]) <= {16, 32}
-    assert r["epoch_s"] > 0 and r["estimated"]
+  assert rows["sorted2"]["batching"] == {"padding": "sorted", "quantum": 16, "bucketing": False,
+                                         "micro_batches": 2}
+  for name, r in rows.items():
+    # One program per length; sorted micro-batches add their update and its zeros.
+    assert r["compiles"] == len(r["lengths"]) + 2 * (name == "sorted2")
+    assert set(r["lengths"]) <= {16, 32} and r["epoch_s"] > 0 and r["estimated"]
   assert rows["bucketing"]["mean_len"] <= rows["batch"]["mean_len"] <= 32
+  assert rows["sorted2"]["tokens"] < rows["batch"]["tokens"] <= rows["fixed"]["tokens"]
+  assert rows["fixed"]["tokens"] == 16 * 16 * 32 and rows["fixed"]["tokens_vs_fixed"] == 1
   assert rows["bucketing"]["pad_fraction"] < rows["fixed"]["pad_fraction"]
-  # Each mode's epoch is the sum of its batches' per-length step times.
-  step_s = {int(t): s for t, s in result["setup"]["step_s_by_length"].items()}
-  for r in rows.values():
-    assert sum(r["length_counts"].values()) == r["steps"]
-    assert r["epoch_s"] == pytest.approx(sum(step_s[int(t)] * n
-                                             for t, n in r["length_counts"].items()))
+  # Each mode's epoch is the sum of its steps' programs' per-shape times.
+  shape_s = result["setup"]["program_s_by_shape"]
+  for name, r in rows.items():
+    assert sum(r["length_counts"].values()) == r["steps"] * (2 if name == "sorted2" else 1)
+    kind, rows_per = ("acc", 8) if name == "sorted2" else ("whole", 16)
+    update = shape_s["update"] * r["steps"] if name == "sorted2" else 0.0
+    assert r["epoch_s"] == pytest.approx(update + sum(shape_s[f"{kind}/{rows_per}/{t}"] * n
+                                                      for t, n in r["length_counts"].items()))
   assert "| bucketing | 16 |" in capsys.readouterr().out
+  # Sampled steps: whole steps of every mode at the same indices, over the epoch's length.
+  assert main(["bench", "--epoch", "listops", "--preset", "smoke", "--data-dir",
+               str(tmp_path / "data"), "--mixers", "softmax", "--quantum", "16",
+               "--modes", "fixed,sorted2", "--sample-steps", "3", "--json", str(out)]) == 0
+  (sampled,) = json.loads(out.read_text())
+  assert sampled["setup"]["sampled_steps"] == [0, 7, 15]
+  assert [r["steps"] for r in sampled["modes"]] == [16, 16]
+  assert "3 sampled steps" in capsys.readouterr().out
 
 
 def test_recorded_command_names_no_machine_paths(tmp_path, monkeypatch):
