@@ -25,6 +25,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   c.eval.batch_size = 32
   if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)
+    common.sorted_micro_batches(c)  # a pair's length: its longer document's
     # The paper gives no warm-up; the authors' code warms up over the first 8% of steps.
     c.train.warmup_steps = int(0.08 * c.train.num_steps)
     if preset == "latte_code":
@@ -35,6 +36,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.model.num_layers, c.model.num_heads, c.model.dim, c.model.mlp_dim = 4, 4, 128, 512
     c.model.pooling = "cls"
     common.lra_rsqrt(c, num_steps=5000, warmup_steps=8000)
+    common.sorted_micro_batches(c)
     c.mixers.reformer.chunk_len = common.lra_reformer_chunk(4001)  # CLS + 4000 per document
     c.eval.every_steps = c.checkpoint.every_steps = 500
   elif preset == "published":

@@ -24,6 +24,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   c = common.base_config("text", preset, mixer, tokens=True)
   if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)
+    common.sorted_micro_batches(c)  # reviews of a few hundred to 4,000 bytes
     # The Latte-RGLRU(-SWA)++ rows use L=256 here (ICLR version, Table 8).
     c.mixers.latte_rglru.num_latents = c.mixers.latte_rglru_swa.num_latents = 256
     c.eval.batch_size = 32
@@ -36,6 +37,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.model.num_layers, c.model.num_heads, c.model.dim, c.model.mlp_dim = 4, 4, 256, 1024
     c.model.pooling = "cls"
     common.lra_rsqrt(c, num_steps=20_000, warmup_steps=8000)
+    common.sorted_micro_batches(c)
     c.mixers.reformer.chunk_len = common.lra_reformer_chunk(4001)  # CLS + 4000
     c.eval.batch_size = 32
     c.eval.every_steps = c.checkpoint.every_steps = 1000

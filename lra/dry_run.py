@@ -154,7 +154,8 @@ def _from_bench(config: ml_collections.ConfigDict, folders: Sequence[Path]) -> l
   """One line per `lra bench --epoch` record of this program and its batching."""
   program, steps = _program(config), config.train.num_steps
   batching = {"padding": config.data.padding, "quantum": config.data.pad_quantum,
-              "bucketing": config.data.bucketing}
+              "bucketing": config.data.bucketing,
+              "micro_batches": config.train.grad_accum_steps}
   lines = []
   for path in sorted({p for folder in folders for p in folder.glob("bench/*.json")}):
     try:
@@ -171,7 +172,9 @@ def _from_bench(config: ml_collections.ConfigDict, folders: Sequence[Path]) -> l
       except (KeyError, ValueError):
         continue
       for mode in record["modes"] if same else ():
-        if mode.get("batching") == batching and mode.get("epoch_s") and mode.get("steps"):
+        # Records written before micro-batches were recorded ran one per step.
+        recorded = {"micro_batches": 1, **(mode.get("batching") or {})}
+        if recorded == batching and mode.get("epoch_s") and mode.get("steps"):
           rate = mode["steps"] / mode["epoch_s"]
           lines.append(f"{_device(setup.get('device'), setup.get('cpu_cores'))}: "
                        f"~{_duration(steps / rate)} of training, evaluations not counted, "
@@ -228,6 +231,20 @@ def costs(config: ml_collections.ConfigDict, overrides: Sequence[str],
           f"  any other device: no measured speed; {hint}."]
 
 
+def batching_line(config: ml_collections.ConfigDict) -> str:
+  """What the run's training steps and evaluations take: its padding and micro-batches."""
+  d, b, k = config.data, config.train.batch_size, config.train.grad_accum_steps
+  rows = f"{k} micro-batches of {b // k} rows and one update" if k > 1 else "one piece"
+  if d.padding == "sorted":
+    return (f"batching: each batch of {b} as the protocol draws it, its rows sorted by length in "
+            f"{rows}, each padded to its own longest rounded up to {d.pad_quantum} (the same "
+            "update as the whole batch); evaluation in length order, each batch padded so")
+  what = ("padded to the task's length" if d.padding == "fixed" else
+          f"padded to its longest example rounded up to {d.pad_quantum}")
+  drawn = " from length buckets" if d.bucketing else ""
+  return f"batching: each batch of {b}{drawn} {what}, in {rows}"
+
+
 def describe(task: str, mixer: str, preset: str, overrides: Sequence[str] = (), *,
              results_dir: Path, run_dir: Path | None = None,
              data_dir: Path | None = None) -> str:
@@ -248,6 +265,7 @@ def describe(task: str, mixer: str, preset: str, overrides: Sequence[str] = (), 
            "written.",
            f"run folder: {run_dir} ({_run_folder_state(run_dir)})",
            f"data: {cache} ({data})",
+           batching_line(config),
            *costs(config, overrides, results_dir),
            f"config ({sum(s != DEFAULT for _, _, s in rows)} of {len(rows)} values set by the "
            "preset or the command line):"]

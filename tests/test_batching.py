@@ -408,3 +408,21 @@ def test_a_stopped_sorted_run_resumes_to_the_uninterrupted_run(tmp_path, step_cl
   for key in ("val_accuracy", "test_accuracy", "best_step", "best_test_accuracy"):
     assert resumed[key] == reference[key]
   assert _curve(tmp_path / "run") == _curve(tmp_path / "clean")
+
+
+def test_the_variable_length_tasks_protocol_presets_sort_and_the_dry_run_says_so():
+  from lra import dry_run
+  from lra.config_loading import resolve_config
+  for task in ("listops", "text", "retrieval"):
+    for preset in ("paper", "latte_code", "lra"):
+      config = resolve_config(task, "latte", preset)
+      assert (config.data.padding, config.train.grad_accum_steps) == ("sorted", 4), (task, preset)
+  # BatchNorm's statistics span the batch: the published S5 rows keep theirs whole.
+  published = resolve_config("listops", "s5", "published")
+  assert published.model.norm == "batch" and published.data.padding == "fixed"
+  assert published.train.grad_accum_steps == 1
+  line = dry_run.batching_line(resolve_config("listops", "latte", "paper"))
+  assert line.startswith("batching: each batch of 64 as the protocol draws it, its rows sorted by "
+                         "length in 4 micro-batches of 16 rows and one update")
+  assert dry_run.batching_line(resolve_config("listops", "latte", "smoke")) == (
+      "batching: each batch of 16 padded to the task's length, in one piece")
