@@ -36,7 +36,8 @@ CPU_PRESETS = LAPTOP_PRESETS + SQUARES_PRESETS
 # Presets that rebuild a published row, so they take only its mixers (s5, mega).
 OWN_ARCHITECTURE_PRESETS = ("published", "laptop_published", "squares_published")
 LATTE_FAMILY = ("latte", "latte_macchiato", "latte_rglru", "latte_rglru_swa")
-# The published "Latte-RGLRU++" and "Latte-RGLRU-SWA++" rows (ICLR version, Table 3) use the ++ block.
+# The published "Latte-RGLRU++" and "Latte-RGLRU-SWA++" rows (ICLR version, Table 3) use the ++
+# block.
 PLUSPLUS_MIXERS = ("latte_rglru", "latte_rglru_swa")
 
 
@@ -163,7 +164,8 @@ def base_config(task: str, preset: str, mixer: str, *,
   # prenorm | plusplus (Latte paper, ICLR version: "++" = RMSNorm and a GLU feed-forward) | s5 |
   # mega | mega_prenorm (the published S5 and Mega layers, models/encoder.py).
   c.model.block = "prenorm"
-  c.model.glu = "sigmoid"           # "++" feed-forward gate: sigmoid (GLU, the paper) | gelu (GeGLU)
+  c.model.glu = "sigmoid"           # "++" feed-forward gate: sigmoid (GLU, the paper) | gelu
+                                    # (GeGLU)
   c.model.mixer_gate = False        # ours: Dense(GELU(Dense h) * Mixer(h)), Griffin-style
   # Where the Latte paper is silent, its authors' code (docs/protocol.md): the MLP drops only its
   # output, no norm before pooling, a linear head for one sequence.

@@ -4,7 +4,7 @@ name, a compiled program's FLOPs and the command line a generated file records.
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 

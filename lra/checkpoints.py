@@ -36,8 +36,9 @@ import json
 import shlex
 import sys
 import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import jax
 import numpy as np
@@ -188,7 +189,7 @@ class Checkpointer:
   def _move_aside(self, step: int, *, best: bool = False) -> Path:
     """checkpoints/<step> (or best/<step>) to checkpoints/damaged/[best-]<step>-<UTC time>."""
     manager = self.best if best else self.manager
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     target = self.root / DAMAGED / f"{'best-' if best else ''}{step}-{now}"
     if jax.process_index() == 0:
       target.parent.mkdir(exist_ok=True)

@@ -7,8 +7,8 @@ import os
 import sys
 import traceback
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from lra import stop_after  # first: it notes when the process started (--stop-after)
 from lra import errors  # light: imports nothing
@@ -48,9 +48,9 @@ def _add_run_args(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
                    "`lra run TASK MIXER --preset P` (`lra list`)")
     run_dir_help = "default results/local/runs/listops/latte/demo_seed0"
   else:
-    preset_help = (f"{', '.join(PRESETS + CPU_PRESETS + PUBLISHED_PRESETS)} (default paper: the Latte paper's "
-                   "settings, accelerator-sized; laptop: ListOps or Pathfinder on a CPU; "
-                   "`lra list`)")
+    preset_help = (f"{', '.join(PRESETS + CPU_PRESETS + PUBLISHED_PRESETS)} (default paper: the "
+                   "Latte paper's settings, accelerator-sized; laptop: ListOps or Pathfinder on a "
+                   "CPU; `lra list`)")
     run_dir_help = ("default RESULTS_DIR/runs/TASK/MIXER/PRESET[+CHANGES]_seedN "
                     "(`--dry-run` prints it)")
   p.add_argument("--preset", default="paper", help=preset_help,

@@ -8,7 +8,7 @@ import inspect
 import os
 import shlex
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 import jax
 import numpy as np

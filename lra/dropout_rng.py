@@ -6,8 +6,8 @@ most of that is hashing. With paired bits the step takes 4.95 s instead of 5.46 
 medians, three alternating pairs alone on 2 cores; results/bench/step_dropout_*.md).
 
 With these keys each threefry2x32 block gives two draws, elements j and j + D/2 of the last axis
-(D even): the same hash and key schedule, half the blocks. Counters are global element indices, so the
-draws do not depend on how the batch is sharded over devices.
+(D even): the same hash and key schedule, half the blocks. Counters are global element indices, so
+the draws do not depend on how the batch is sharded over devices.
 
 `rbg` and `unsafe_rbg` are JAX's keys over XLA's RngBitGenerator (MaxText and t5x draw dropout
 from `unsafe_rbg`): the bits come from one generator call per mask instead of a hash per element.

@@ -15,8 +15,9 @@ import json
 import shlex
 import statistics
 import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import ml_collections
 

@@ -90,7 +90,7 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
     ckpt.close()
   env = writers.environment()
   record = {"checkpoint": checkpoint, "step": step, "split": split, **metrics,
-            "evaluated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+            "evaluated_at": datetime.datetime.now(datetime.UTC).isoformat(
                 timespec="seconds"),
             "device": env["device"], "git_sha": env["git_sha"], "versions": env["versions"]}
   with open(run_dir / EVALS_FILE, "a") as f:

@@ -18,7 +18,7 @@ class StopRequest:
     self.signal_name = ""
     self._previous: dict = {}
 
-  def __enter__(self) -> "StopRequest":
+  def __enter__(self) -> StopRequest:
     if threading.current_thread() is threading.main_thread():
       for sig in (signal.SIGINT, signal.SIGTERM):
         self._previous[sig] = signal.signal(sig, self._handle)

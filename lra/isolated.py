@@ -12,8 +12,9 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # Lines that say memory ran out: XLA's allocator (RESOURCE_EXHAUSTED), CUDA, cuDNN and cuBLAS
 # (..._ALLOC_FAILED), and the GPU autotuner, which fails as INTERNAL and logs the cause.

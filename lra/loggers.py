@@ -12,8 +12,9 @@ import numbers
 import secrets
 import string
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import ml_collections
 

@@ -24,8 +24,9 @@ import re
 import shlex
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from lra import best_params, errors, run_lock
 from lra.tasks.contract import manifest as digests  # `manifest` names the archive's here
@@ -110,7 +111,7 @@ def pack(run_dir: Path, archive: Path) -> list[Path]:
     manifest = {
         "format": FORMAT, "run": run_place(run_dir, config), "status": final.get("status"),
         "step": final.get("step"), "num_steps": final.get("num_steps"), **info,
-        "packed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "packed_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "files": {name: digests.entry(content) for name, content in members.items()}}
     archive.parent.mkdir(parents=True, exist_ok=True)
     whole = _temporary(archive)

@@ -12,8 +12,9 @@ import math
 import re
 import statistics
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 SEED_KEY = "train.seed"
 # Settings that say where the curves also go (TensorBoard, W&B), not what the run computes.

@@ -22,8 +22,8 @@ import shlex
 import sys
 import threading
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from lra import errors
 
@@ -54,8 +54,8 @@ class Holder:
     return f"pid {self.pid} on host {self.host} (started {self.started}{command})"
 
   @classmethod
-  def this_process(cls) -> "Holder":
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+  def this_process(cls) -> Holder:
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     return cls(pid=os.getpid(), host=platform.node(), started=now,
                command=shlex.join(["lra", *sys.argv[1:]]), pid_start=_pid_start(os.getpid()))
 
@@ -99,7 +99,7 @@ class RunDirLock:
     self._refresher: threading.Thread | None = None
     self._made: list[Path] = []  # the folders taking the lock created, the run dir first
 
-  def __enter__(self) -> "RunDirLock":
+  def __enter__(self) -> RunDirLock:
     if self.take:
       self._acquire()
       self._refresher = threading.Thread(target=self._refresh, name="lra-run-lock",

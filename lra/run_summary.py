@@ -8,7 +8,8 @@ first evaluation, steps/s 0 when no log window was timed. None of them is ever p
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # The `synthetic` task's pass mark, on test accuracy at the best val step: every built-in mixer
 # that carries both ends to the CLS output reaches 100% in its 1,500 steps, those that do not stay

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import textwrap
 import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from lra import errors, ledger, results, run_summary
 from lra.table_rules import COMMITTED, LRA_TASKS, OURS, TASK_TITLES

@@ -11,9 +11,9 @@ import json
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from lra import errors
 from lra.slurm import STOP_BEFORE_LIMIT_S, slurm_script  # noqa: F401 (lra.sweep's API)

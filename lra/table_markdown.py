@@ -17,8 +17,8 @@ STATISTIC_LABELS = {"best_test": "best test", "last": "last step",
                     "unstated": "statistic not stated"}
 
 LEGEND = (
-    "Accuracies in %, mean ± sample std over seeds (n = seeds when more than one). Each run reports "
-    "three statistics: **best test** = " + STATISTICS["best_test"][1] + "; **last step** = "
+    "Accuracies in %, mean ± sample std over seeds (n = seeds when more than one). Each run "
+    "reports three statistics: **best test** = " + STATISTICS["best_test"][1] + "; **last step** = "
     + STATISTICS["last"][1] + "; **at best val** = " + STATISTICS["best_val"][1] + ". Δ = ours "
     "minus the published row of the same mixer (and, for Latte, the same L), taken only between "
     "the same statistic and only for the `paper` and `lra` presets. "

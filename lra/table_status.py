@@ -85,7 +85,7 @@ class Status:
                "chance or the majority class" + ("" if brief else f" ({_scores(stuck)})"))
     own = self._task("listops", "laptop_published")
     if own:
-      text += (f". Own blocks on the same data (`laptop_published`): " + "; ".join(
+      text += (". Own blocks on the same data (`laptop_published`): " + "; ".join(
           f"{r['mixer']} {_pct(r['test_accuracy'])}"
           + ("" if brief else f" ({_budget([r])}, {_duration(r['wall_time_s'])})") for r in own))
     return text + "."

@@ -346,7 +346,8 @@ def cpu_reference(results_dir: Path) -> str:
   last = curve[-1]
   return (f"Reference on Pathfinder (not a sequence model): the dilated CNN of "
           f"`tools/pathfinder_probe.py`, on a hard 32x32 set generated as the preset's is "
-          f"({probe['num_train']:,} training images), batch {probe['batch_size']}, on this CPU, had {100 * at_budget['test_accuracy']:.1f}% test after "
+          f"({probe['num_train']:,} training images), batch {probe['batch_size']}, on this CPU, "
+          f"had {100 * at_budget['test_accuracy']:.1f}% test after "
           f"{at_budget['images_seen']:,} images (the laptop budget), first passed 55% after "
           + (f"{left['images_seen']:,} images ({left['epochs']:g} epochs)" if left else "none")
           + f", and reached {100 * last['test_accuracy']:.1f}% after {last['epochs']:g} epochs "

@@ -19,8 +19,9 @@ import math
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -278,7 +279,7 @@ class Book:
   window_steps: int = 0
 
   @classmethod
-  def from_json(cls, saved: dict) -> "Book":
+  def from_json(cls, saved: dict) -> Book:
     saved = dict(saved)
     if "best" in saved:  # checkpoints written before both statistics were kept
       saved["best_val"] = saved.pop("best")
@@ -730,7 +731,7 @@ class RunFailed(Exception):
   holds the traceback."""
 
   @classmethod
-  def logged(cls, error: BaseException, run_dir: Path) -> "RunFailed":
+  def logged(cls, error: BaseException, run_dir: Path) -> RunFailed:
     """Writes `error`'s traceback to the run folder (error.log; error.pN.log for process N > 0)."""
     index = jax.process_index()
     log = run_dir / ("error.log" if index == 0 else f"error.p{index}.log")

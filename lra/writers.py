@@ -5,8 +5,9 @@ import json
 import os
 import platform
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 
 def portable(word: str) -> str:
@@ -119,8 +120,8 @@ def git_sha(cwd: Path | None = None) -> str:
     # Results are written by runs and tables, not code: a deleted or regenerated result file
     # must not mark the code that ran as modified.
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
-                            ":(top)", ":(top,exclude)results"], cwd=cwd, capture_output=True, text=True,
-                           check=True).stdout.strip()
+                            ":(top)", ":(top,exclude)results"], cwd=cwd, capture_output=True,
+                           text=True, check=True).stdout.strip()
     return sha + ("-dirty" if dirty else "")
   except (OSError, subprocess.CalledProcessError):
     return "unknown"

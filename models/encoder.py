@@ -8,7 +8,7 @@ same weights and classifies [u, v, u*v, u-v].
 from __future__ import annotations
 
 import inspect
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import flax.linen as nn
 import jax

@@ -40,7 +40,8 @@ def test_never_starts():
 
 def _ctx(tmp_path, tests=None):
   return types.SimpleNamespace(sizes={"tests": ["tests/test_mixer_cores.py"]}, work=tmp_path,
-                               out=tmp_path, env={"platform": "cpu"}, quick=True, children=check.Children(),
+                               out=tmp_path, env={"platform": "cpu"}, quick=True,
+                               children=check.Children(),
                                args=types.SimpleNamespace(tests=tests))
 
 

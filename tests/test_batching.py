@@ -4,7 +4,6 @@ import dataclasses
 import json
 
 import jax
-import ml_collections
 import numpy as np
 import optax
 import pytest

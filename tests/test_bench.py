@@ -33,11 +33,13 @@ def test_cli_records_table_plot_and_memory_growth(tmp_path, capsys):
   out = tmp_path / "bench"
   readme = tmp_path / "README.md"
   readme.write_text("intro\n<!-- lra-bench:start -->\nstale\n<!-- lra-bench:end -->\nafter\n")
-  code = main(["bench", "--readme", str(readme), "--mixers", "softmax,latte", "--lengths", "64,256", "--batch", "1",
+  code = main(["bench", "--readme", str(readme), "--mixers", "softmax,latte", "--lengths",
+               "64,256", "--batch", "1",
                "--dim", "16", "--layers", "1", "--heads", "2", "--steps", "2", "--warmup", "1",
                "--min-time", "0",
                "--in-process", "--matmul-n", "128", "--json", str(out / "b.json"),
-               "--md", str(out / "b.md"), "--plot", str(out / "b.png"), "--config.mixers.latte.num_latents=4",
+               "--md", str(out / "b.md"), "--plot", str(out / "b.png"),
+               "--config.mixers.latte.num_latents=4",
                "--xla-log", str(out / "xla.log")])
   assert code == 0
   records = json.loads((out / "b.json").read_text())
@@ -123,7 +125,8 @@ def test_recorded_command_names_no_machine_paths(tmp_path, monkeypatch):
   argv = ["lra", "bench", "--epoch", "listops", "--data-dir", "/home/someone/.cache/lra",
           "--json", str(tmp_path / "results" / "e.json"), "--md", "/elsewhere/e.md"]
   assert bench_common.recorded_command(argv) == (
-      "lra bench --epoch listops --data-dir ~/.cache/lra --json results/e.json --md /elsewhere/e.md")
+      "lra bench --epoch listops --data-dir ~/.cache/lra --json results/e.json "
+      "--md /elsewhere/e.md")
   assert bench_common.recorded_command(["python", "-m", "x"]) == "lra bench"
 
 

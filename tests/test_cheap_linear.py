@@ -1,6 +1,5 @@
 """The cheap linear attention (de Brebisson & Vincent 2016) against its naive sums."""
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

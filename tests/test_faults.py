@@ -4,7 +4,6 @@ left by a killed process or a lost host, an unwritable folder, a checkpoint writ
 Each asserts the clear error (what, where, the fix; no traceback; a non-zero exit) or the correct
 outcome.
 """
-import errno
 import json
 import os
 import platform

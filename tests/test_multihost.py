@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from lra import run, stop_after
@@ -283,3 +282,36 @@ def test_a_bad_peer_timeout_says_what_to_set(monkeypatch):
     distributed.peer_timeout_s()
   monkeypatch.setenv("LRA_PEER_TIMEOUT_S", "7")
   assert distributed.peer_timeout_s() == 7
+
+
+@pytest.mark.slow  # two processes and a reference run, each compiling its micro-batch shapes
+def test_two_processes_train_sorted_micro_batches_as_one(data_dir, compile_cache, tmp_path):
+  """Sorted micro-batches over two hosts: each global batch is sorted and cut before it is
+  shared, every process reads its half of every micro-batch, and the run equals one process's."""
+  from lra import train
+  from lra.tasks.contract.batches import step_batches
+  overrides = [*OVERRIDES, "data.padding=sorted", "data.pad_quantum=16",
+               "train.grad_accum_steps=2"]
+  run_dir, logs = tmp_path / "run", tmp_path / "logs"
+  logs.mkdir()
+  for code, _, err, _ in _finish(_start_hosts(data_dir, run_dir, logs, compile_cache,
+                                              overrides=overrides)):
+    assert code == 0, err
+  one = run.run("listops", "softmax", preset="smoke", overrides=overrides, data_dir=data_dir,
+                run_dir=tmp_path / "one", progress=False)
+  two = json.loads((run_dir / "final.json").read_text())
+  assert two["num_processes"] == 2 and two["batching"]["micro_batches"] == 2
+  assert {k: two[k] for k in SCORES} == {k: one[k] for k in SCORES}
+  for got, want in zip(_rows(run_dir), _rows(tmp_path / "one"), strict=True):
+    for key, value in want.items():
+      assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-6), (key, got["step"])
+  config = run.resolve_config("listops", "softmax", "smoke", overrides)
+  data = PreparedData(run.data_cache_dir(config, data_dir))
+  stream = step_batches(data.split("train"), data.spec, 16, config.train.seed,
+                        batching=train.batching_of(config))
+  reads = [[r for r in _probe(logs, index) if r["kind"] == "train"] for index in (0, 1)]
+  assert len(reads[0]) == len(reads[1]) == 8
+  for first, second in zip(*reads):
+    micro = next(stream)  # two micro-batches of 8 rows: each process holds 4 rows of each
+    assert first["label"] == [y for m in micro for y in m["label"][:4].tolist()]
+    assert second["label"] == [y for m in micro for y in m["label"][4:].tolist()]

@@ -237,7 +237,8 @@ def test_unpack_into_a_named_run_folder_and_a_study_run_resumes_from_its_archive
   folder.mkdir(parents=True)
   (folder / "run.pack").write_bytes(archive.read_bytes())
   calls = []
-  monkeypatch.setattr(study.subprocess, "call", lambda command, cwd, env: calls.append(command) or 0)
+  monkeypatch.setattr(study.subprocess, "call",
+                      lambda command, cwd, env: calls.append(command) or 0)
   carried = study.StudyRun("carried", "latte", "?")
   assert study.run(carried, core=None) == 0 and study.run(carried, core=None) == 0
   assert any((folder / "checkpoints").iterdir())

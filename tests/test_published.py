@@ -135,7 +135,8 @@ def test_laptop_published_fits_the_published_run_into_the_laptop_budget(mixer, b
 
 
 def test_laptop_gives_s5_its_own_listops_state():
-  """S5's ListOps script runs P=16 in 8 blocks; the laptop preset follows it, not run_train's 256."""
+  """S5's ListOps script runs P=16 in 8 blocks; the laptop preset follows it, not run_train's
+  256."""
   laptop = resolve_config("listops", "s5", "laptop").mixers.s5
   published = resolve_config("listops", "s5", "published").mixers.s5
   assert (laptop.state_size, laptop.blocks) == (published.state_size, published.blocks) == (16, 8)

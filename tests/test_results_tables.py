@@ -45,7 +45,8 @@ def write_run(results_dir, task, mixer, preset, seed, test, *, status="complete"
 
 
 def read_csv(path):
-  text = "".join(l for l in Path(path).read_text().splitlines(True) if not l.startswith("#"))
+  lines = Path(path).read_text().splitlines(True)
+  text = "".join(line for line in lines if not line.startswith("#"))
   return list(csv.DictReader(io.StringIO(text)))
 
 

@@ -42,6 +42,18 @@ def test_decisions_flip_the_generator_only_beyond_the_drift():
       "No baseline timing: nothing to decide."]
 
 
+def test_sorted_micro_batches_are_held_against_the_cpus_ratio_and_k_follows_the_fastest():
+  cpu = probe.CPU_SORTED_K4_RATIO
+  lines = probe.decide(_rates(baseline=50.0, sorted_k4=50.0 * cpu * 1.1, sorted_k2=55.0,
+                              sorted_k8=50.0 * cpu * 1.1 * 1.2, baseline_again=50.0))
+  assert f"k=4 {cpu * 1.1:.2f}x" in lines[-3] and f"the CPU's k=4 ratio was {cpu:.2f}x" in lines[-3]
+  assert lines[-2] == "The k=4 ratio is +10% off the CPU's: within 15%."
+  assert "k=8 is 20.0% faster than k=4" in lines[-1] and "SORTED_MICRO_BATCHES = 8" in lines[-1]
+  lines = probe.decide(_rates(baseline=50.0, sorted_k4=50.0 * cpu * 0.8, baseline_again=50.0))
+  assert lines[-1].startswith("The k=4 ratio is -20% off the CPU's: more than 15%")
+  assert not any("Sorted" in line for line in probe.decide(_rates(baseline=50.0)))
+
+
 def test_quick_probe_runs_every_variant_as_a_phase_of_the_check(tmp_path):
   assert check.main(["--quick", "--phases", "steps", "--out", str(tmp_path),
                      "--budget-s", "900"]) == 0

@@ -9,7 +9,6 @@ import pytest
 from lra import run, run_summary
 from lra.models.mixers import MIXERS
 from lra.tasks.generators import synthetic
-from lra.tasks.contract.cache import PreparedData
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -132,7 +132,7 @@ def test_tfds_dir_read_through_the_tfds_api(tmp_path, monkeypatch):
     def as_dataset(split, shuffle_files):
       rgb, labels = raw[split]
       hwc = rgb.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-      return [{"image": im, "label": np.int64(l), "id": b"x"} for im, l in zip(hwc, labels)]
+      return [{"image": im, "label": np.int64(y), "id": b"x"} for im, y in zip(hwc, labels)]
     return types.SimpleNamespace(as_dataset=as_dataset)
 
   monkeypatch.setitem(sys.modules, "tensorflow_datasets",

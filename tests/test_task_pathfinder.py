@@ -66,7 +66,8 @@ def test_original_generators_binary_metadata(tmp_path):
     pathfinder.prepare(tmp_path, tmp_path / "cache2")
   with open(folder / "metadata" / "1.npy", "wb") as f:
     np.save(f, np.array([["imgs/1", "sample_0.png", "0", "7"]]))
-  with pytest.raises(ValueError, match=r"1\.npy:1: expected 'imgs/<batch> sample_<k>.png <k> <label"):
+  with pytest.raises(ValueError,
+                     match=r"1\.npy:1: expected 'imgs/<batch> sample_<k>.png <k> <label"):
     pathfinder.prepare(tmp_path, tmp_path / "cache3")
 
 
@@ -125,7 +126,7 @@ def test_difficulty_picks_its_folder(tmp_path):
   meta = pathfinder.prepare(tmp_path, tmp_path / "cache", difficulty="easy")
   data = PreparedData(tmp_path / "cache")
   got = sorted(_rows(data, "train") + _rows(data, "val") + _rows(data, "test"))
-  assert got == sorted((p.tobytes(), l) for p, l in easy.values())
+  assert got == sorted((p.tobytes(), y) for p, y in easy.values())
   assert meta["source"]["path"].endswith("curv_baseline")
   with pytest.raises(FileNotFoundError, match=r"pathfinder32/curv_contour_length_9"):
     pathfinder.prepare(tmp_path, tmp_path / "cache", difficulty="intermediate")
@@ -213,7 +214,7 @@ def _smoke(tmp_path, task, side, capsys):
                "--data-dir", str(data)]) == 0
   record = json.loads(capsys.readouterr().out)
   assert (bytes(record["tokens"]), record["label"]) in [
-      (p.tobytes(), l) for p, l in written.values()]
+      (p.tobytes(), y) for p, y in written.values()]
   run_dir = tmp_path / "run"
   # The smoke preset would generate its own set; point it at the copy prepared above.
   assert main(["run", task, "softmax", "--preset", "smoke", "--data-dir", str(data),

@@ -199,7 +199,7 @@ def test_tfds_dir_read_through_the_tfds_api(tmp_path, reviews, monkeypatch):
   assert any(k.endswith("dataset_info.json") for k in meta["source"]["checksums"])
   arrays = PreparedData(tmp_path / "cache").split("test")
   tokens, labels = _expected(reviews, "test")
-  key = lambda a, l: sorted(zip(map(bytes, np.asarray(a, dtype=np.int64)), l))
+  key = lambda a, y: sorted(zip(map(bytes, np.asarray(a, dtype=np.int64)), y))
   assert key(arrays["inputs"], arrays["label"]) == key(tokens, labels)
 
 

@@ -250,8 +250,8 @@ def _git(cwd, *args):
 
 
 def test_a_partial_run_carried_through_git_resumes_on_the_clone(tmp_path, monkeypatch, capsys):
-  """docs/runs.md, "Run folders": stop, `git add -f` the newest checkpoint and best/, commit; the same
-  command on a clone (another absolute path) resumes there and ends as an uninterrupted run."""
+  """docs/runs.md, "Run folders": stop, `git add -f` the newest checkpoint and best/, commit; the
+  same command on a clone (another absolute path) resumes there and ends as an uninterrupted run."""
   import os
   import shutil
   import signal

@@ -205,7 +205,7 @@ def read_outcomes(path: Path) -> dict[str, Any]:
           "not_started": sum(t not in final and t not in running for t in collected)}
 
 
-def phase_tests(ctx: "Check", deadline: float) -> dict[str, Any]:
+def phase_tests(ctx: Check, deadline: float) -> dict[str, Any]:
   files = test_files(ctx.sizes, ctx.args.tests)
   outcomes = ctx.work / "tests.jsonl"
   marks = "not slow and not gpu" if ctx.env.get("platform") == "cpu" else "gpu or not slow"
@@ -218,8 +218,8 @@ def phase_tests(ctx: "Check", deadline: float) -> dict[str, Any]:
   proc = ctx.children.start(cmd, ctx.out / "tests.log",
                             {"PYTHONPATH": path, "LRA_CHECK_OUTCOMES": str(outcomes)})
   finished = ctx.children.wait(proc, deadline)
-  result = {"command": "python " + shlex.join(cmd[1:]), "files": files, "exit_code": proc.returncode,
-            **read_outcomes(outcomes)}
+  result = {"command": "python " + shlex.join(cmd[1:]), "files": files,
+            "exit_code": proc.returncode, **read_outcomes(outcomes)}
   result["status"] = "done" if finished else "partial: stopped at its time limit"
   return result
 
@@ -227,7 +227,7 @@ def phase_tests(ctx: "Check", deadline: float) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # Phase b: bench.
 
-def phase_bench(ctx: "Check", deadline: float) -> dict[str, Any]:
+def phase_bench(ctx: Check, deadline: float) -> dict[str, Any]:
   from lra import bench
   grid = ctx.sizes["bench"]
   mixers = bench.all_mixers()
@@ -252,7 +252,7 @@ class HostData(threading.Thread):
   background on the host CPU while the accelerator runs other phases; `status` is None while
   running, then "ready" or what failed."""
 
-  def __init__(self, ctx: "Check", task: str, generate: tuple[str, ...]):
+  def __init__(self, ctx: Check, task: str, generate: tuple[str, ...]):
     super().__init__(daemon=True)
     self.ctx, self.task, self.generate = ctx, task, generate
     self.status, self.seconds = None, None
@@ -290,7 +290,7 @@ def summarise_run(run_dir: Path) -> dict[str, Any]:
           "final_status": final.get("status"), "final_step": final.get("step")}
 
 
-def phase_run(ctx: "Check", deadline: float) -> dict[str, Any]:
+def phase_run(ctx: Check, deadline: float) -> dict[str, Any]:
   data = ctx.listops
   data.join(timeout=max(0.0, deadline - time.monotonic() - 30))
   if data.status != "ready":
@@ -326,7 +326,7 @@ def probe_help() -> str:
                         cwd=REPO, capture_output=True, text=True).stdout
 
 
-def phase_probe(ctx: "Check", deadline: float) -> dict[str, Any]:
+def phase_probe(ctx: Check, deadline: float) -> dict[str, Any]:
   missing = probe_missing(probe_help())
   if missing:
     return {"status": "skipped: tools/pathfinder_probe.py has no " + ", ".join(missing)
@@ -372,7 +372,7 @@ def phase_probe(ctx: "Check", deadline: float) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # Phase e (opt-in): the step probe.
 
-def phase_steps(ctx: "Check", deadline: float) -> dict[str, Any]:
+def phase_steps(ctx: Check, deadline: float) -> dict[str, Any]:
   """tools/step_probe.py in its own process (the accelerator is free again after it), writing
   step_probe.json and step_probe.md beside the report."""
   budget = int(deadline - time.monotonic() - 10)
@@ -448,9 +448,10 @@ def run_check(args: argparse.Namespace) -> Path:
   from lra.isolated import call_isolated
   env, error, _ = call_isolated(environment, {}, timeout_s=120)
   check.env = env or {"error": error}
-  date = datetime.datetime.now(datetime.timezone.utc)
+  date = datetime.datetime.now(datetime.UTC)
+  quick = "_quick" if args.quick else ""
   check.out = args.out or (REPO / "results" / "accelerator" /
-                           f"{date:%Y-%m-%d}_{device_slug(check.env)}{'_quick' if args.quick else ''}")
+                           f"{date:%Y-%m-%d}_{device_slug(check.env)}{quick}")
   check.out.mkdir(parents=True, exist_ok=True)
   check.report = {
       "date": f"{date:%Y-%m-%d %H:%M} UTC", "quick": args.quick, "budget_s": args.budget_s,

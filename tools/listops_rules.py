@@ -22,14 +22,14 @@ import argparse
 import collections
 import itertools
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, Union
 
 import numpy as np
 
 from lra.tasks.generators.listops import evaluate
 
-Tree = Union[int, tuple]  # a digit, or (operator, *arguments)
+Tree = int | tuple  # a digit, or (operator, *arguments)
 NUM_CLASSES = 10
 RULE_DEPTHS = (1, 2, 3)
 

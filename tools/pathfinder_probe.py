@@ -44,7 +44,6 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 STARTED = time.monotonic()  # --time-budget-s counts from here: imports and compiles included
 

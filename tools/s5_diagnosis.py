@@ -23,7 +23,6 @@ import sys
 import types
 from pathlib import Path
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -238,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "screens.json").write_text(json.dumps(screens(), indent=1) + "\n")
   jax.config.update("jax_default_matmul_precision", "highest")
   report = {"screen": list(SCREEN),
-            "init": [scales_and_grads("s5", ("mixers.s5.activation=none",)), scales_and_grads("latte", ()),
+            "init": [scales_and_grads("s5", ("mixers.s5.activation=none",)),
+                     scales_and_grads("latte", ()),
                      scales_and_grads("s5", ("mixers.s5.activation=half_glu1",))],
             "discretisation": discretisation()}
   if args.official:

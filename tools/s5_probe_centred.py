@@ -1,5 +1,5 @@
-"""A probe for tools/s5_diagnosis.py: S5 whose input has each channel's mean over the sequence's real
-tokens removed, the part of every image its background shares (not a mixer of the suite)."""
+"""A probe for tools/s5_diagnosis.py: S5 whose input has each channel's mean over the sequence's
+real tokens removed, the part of every image its background shares (not a mixer of the suite)."""
 import jax.numpy as jnp
 from lra.models.mixers.s5 import S5Mixer
 

@@ -59,7 +59,8 @@ class TableRun:
     if not final.exists():
       return "not started"
     record = json.loads(final.read_text())
-    return f"{record.get('status')} at step {record.get('step', 0):,} of {record.get('num_steps', '?'):,}"
+    return (f"{record.get('status')} at step {record.get('step', 0):,} of "
+            f"{record.get('num_steps', '?'):,}")
 
 
 def table_runs() -> list[TableRun]:

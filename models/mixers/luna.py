@@ -5,7 +5,7 @@ LN(P + P') through the mixer carry; layer 1 starts from a learned P.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax

@@ -12,7 +12,7 @@ layer ("none", the bare linear SSM, is what runs made before 2026-11-28 used; do
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax

@@ -18,8 +18,8 @@ import os
 import shutil
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from lra import errors
 

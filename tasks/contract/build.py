@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -89,7 +90,8 @@ class CacheWriter:
 
 
 def stale_reason(out_dir: Path, recipe: Recipe) -> str | None:
-  """None when the cache at out_dir is current for `recipe` (arrays fully verified), else why not."""
+  """None when the cache at out_dir is current for `recipe` (arrays fully verified), else why
+  not."""
   out_dir = Path(out_dir)
   try:
     meta = read_meta(out_dir)

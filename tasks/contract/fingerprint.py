@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from lra.tasks.contract.manifest import PREFIX, sha256_file
 

@@ -12,8 +12,8 @@ it: lra.tasks never imports the runner (lra/), and the runner imports it from he
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 PREFIX = "sha256:"  # meta.json's digests name their kind
 _CHUNK = 1 << 20

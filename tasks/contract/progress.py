@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import Any, Callable, Iterable, Iterator, TextIO, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TextIO, TypeVar
 
 T = TypeVar("T")
 
@@ -86,7 +87,7 @@ class Meter:
     self._bar: Any = None  # the rich Progress, once shown
     self.shown = False
 
-  def __enter__(self) -> "Meter":
+  def __enter__(self) -> Meter:
     return self
 
   def __exit__(self, kind, *_) -> None:

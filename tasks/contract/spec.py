@@ -6,8 +6,9 @@ cache's meta.json) and builds the model from it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,7 @@ class TaskSpec:
   pad_id: int | None = 0
 
   @classmethod
-  def from_meta(cls, meta: Mapping[str, Any]) -> "TaskSpec":
+  def from_meta(cls, meta: Mapping[str, Any]) -> TaskSpec:
     return cls(vocab_size=int(meta["vocab_size"]), seq_len=int(meta["seq_len"]),
                num_classes=int(meta["num_classes"]), dual=bool(meta.get("dual", False)),
                pad_id=meta.get("pad_id", 0))

@@ -25,7 +25,8 @@ class _TooLong(Exception):
 
 
 def evaluate(operator: str, args: list[int]) -> int:
-  """The value of one operator node (MED of an even count = the mean of the middle two, truncated)."""
+  """The value of one operator node (MED of an even count = the mean of the middle two,
+  truncated)."""
   if operator == "[MIN":
     return min(args)
   if operator == "[MAX":

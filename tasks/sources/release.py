@@ -7,8 +7,9 @@ CIFAR-10 copies may sit inside it too. Every task searches the same roots, in th
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from lra import errors
 

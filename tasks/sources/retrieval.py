@@ -6,8 +6,8 @@ the train split alone is about 2.4 GB of tokens.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 

@@ -1,4 +1,5 @@
-"""`lra data generate pathfinder`: Pathfinder / Path-X images in the LRA release layout, no download.
+"""`lra data generate pathfinder`: Pathfinder / Path-X images in the LRA release layout, no
+download.
 
 Writes DIR/pathfinder<res>/<curv folder>/imgs/<batch>/sample_<k>.png, metadata/<batch>.npy (text
 lines, as in the release) and the sidecar scenes/<batch>.npy (markers, target ends, distractors

@@ -31,7 +31,7 @@ class Rendered:
   distractor_peak: np.ndarray
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _marker_patch(p: Params) -> tuple[int, np.ndarray]:
   """(h, patch [2h+1, 2h+1]): a marker away from the image edges, where Lanczos down-sampling
   is the same for every position (the 2x disk moves by whole 2x-pixel pairs)."""

@@ -151,8 +151,9 @@ class Stencils:
     step_angle: [J] arctan2 of each step: the direction of the paddle drawn to that head
       (which is drawn from the head back towards the gap, i.e. at step_angle + pi).
     cand, cand_weight: [I, K] the candidates j whose continuity weight after a paddle with a
-      given id is above 1e-12, and their weights (padded with weight 0). The others are only the original's cos(pi/2)^2 = 4e-33 for turns
-      beyond pi / (2 continuity): they cannot be drawn, nor lift a total above 1e-4.
+      given id is above 1e-12, and their weights (padded with weight 0). The others are only
+      the original's cos(pi/2)^2 = 4e-33 for turns beyond pi / (2 continuity): they cannot be
+      drawn, nor lift a total above 1e-4.
     free: [256] 1 - level(k): the weight of a candidate head whose dilated occupancy is k.
     busy: [256] level(k) > 0.3 (the original's `ceil(x - 0.3) != 0`).
     inside: [W * W] bool, the image cells of the padded square.
@@ -222,7 +223,7 @@ def _seed_kernels(occupancy: np.ndarray, p: Params, margin: int, reach: int, wid
           np.array(usable))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def stencils(p: Params, margin: int) -> Stencils:
   """The stencils of one (Params, margin), built once per process (~0.1 s at 32 px)."""
   n = p.resolution
