@@ -52,7 +52,7 @@ def test_dropout_masks_are_a_function_of_the_step(tmp_path, bits):
     state = TrainState.create(apply_fn=model.apply, params=jax.tree.map(jnp.copy, params),
                               tx=optax.sgd(0.0))
     state = state.replace(step=at)
-    losses.append(float(jax.device_get(step(state, batch)[1]["loss_sum"])))
+    losses.append(float(jax.device_get(step(state, [batch])[1]["loss_sum"])))  # one micro-batch
   assert losses[0] == losses[1] and losses[0] != losses[2]
 
 
