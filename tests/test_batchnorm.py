@@ -47,7 +47,7 @@ def test_train_step_normalises_by_the_batch_and_updates_running_statistics():
   state = train.create_state(model, variables, optim.make_optimizer(config.train))
   mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("data",))
   step, _ = train.make_steps(model, mesh, dropout_seed=0)
-  state, _ = step(state, batch)
+  state, _ = step(state, [batch])  # one micro-batch
   stats = state.batch_stats["encoder"]["block_0"]["mixer_norm"]
   np.testing.assert_allclose(stats["mean"], 0.05 * embedded.mean((0, 1)), atol=1e-5)
   np.testing.assert_allclose(stats["var"], 0.95 + 0.05 * embedded.var((0, 1)), atol=1e-5)
