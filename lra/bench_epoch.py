@@ -111,9 +111,9 @@ def epoch_bench(task: str, mixer: str, *, preset: str = "paper", overrides: Sequ
     data_dir: the prepared data root (default $LRA_DATA_DIR or ~/.cache/lra).
     modes: fixed, batch, sortedK, bucketing (see `mode_batching`).
     quantum: the per-batch padding quantum (default: the config's data.pad_quantum).
-    steps: timed calls per program shape (median; after one untimed call), unless
-      `sample_steps` or `full`.
-    sample_steps: time this many whole steps of each mode (after an untimed pass over them).
+    steps: timed calls per program shape (median; after one untimed call); with
+      `sample_steps`, timed rounds over the sampled steps (the median round).
+    sample_steps: time this many whole steps of each mode, `steps` rounds of them.
     full: time every step of every mode's epoch.
   Returns:
     {"setup": what ran, "modes": [one record per mode]}.
@@ -172,14 +172,24 @@ def epoch_bench(task: str, mixer: str, *, preset: str = "paper", overrides: Sequ
   for key in sorted(uses, key=str):  # compiled and called once before anything is timed
     call(key)
   per_shape: dict[tuple, float] = {}
-  if full or sample_steps:
+  if full:
     totals = {mode: 0.0 for mode in modes}
-    for n, index in enumerate(chosen):
+    for index in chosen:
       for mode in modes:  # interleaved, step by step
         totals[mode] += timed_step(mode, index)
-      if n % 100 == 0 or not full:
+      if index % 100 == 0:
         log(f"step {index}: " + ", ".join(f"{m} {v:.1f}s" for m, v in totals.items()))
-    totals = {mode: v * num_steps / len(chosen) for mode, v in totals.items()}
+  elif sample_steps:
+    times = {(mode, index): [] for mode in modes for index in chosen}
+    for repeat in range(steps):  # rounds over every (step, mode), so load changes touch all alike
+      for index in chosen:
+        for mode in modes:
+          times[mode, index].append(timed_step(mode, index))
+      log(f"round {repeat + 1} of {steps}: " + ", ".join(
+          f"{m} {sum(times[m, i][-1] for i in chosen):.1f}s" for m in modes))
+    totals = {mode: statistics.median(sum(times[mode, i][r] for i in chosen)
+                                      for r in range(steps)) * num_steps / len(chosen)
+              for mode in modes}
   else:
     samples = {key: [] for key in uses}
     for _ in range(steps):
@@ -201,6 +211,7 @@ def epoch_bench(task: str, mixer: str, *, preset: str = "paper", overrides: Sequ
     micro_lengths = lengths[plan].reshape(num_steps, batching.micro_batches, size)
     real = float(np.minimum(micro_lengths, padded[:, :, None]).sum())
     tokens = float(padded.sum() * size)
+    sampled = float(padded[chosen].sum() * size) if sample_steps and not full else None
     work = [sum(programs.flops.get(key) or np.nan for key in step_keys(mode, index))
             for index in range(num_steps)]
     records.append({
@@ -210,6 +221,7 @@ def epoch_bench(task: str, mixer: str, *, preset: str = "paper", overrides: Sequ
         "length_counts": {str(t): int((padded == t).sum()) for t in shapes},
         "compile_s": sum(programs.compile_s.get(key, 0.0) for key in keys),
         "mean_len": tokens / (num_steps * tc.batch_size), "tokens": tokens,
+        "sampled_tokens": sampled,
         "pad_fraction": 1.0 - real / tokens,
         "epoch_s": totals[mode], "steps_per_s": num_steps / totals[mode],
         "estimated": not full,
@@ -219,7 +231,10 @@ def epoch_bench(task: str, mixer: str, *, preset: str = "paper", overrides: Sequ
   for r in records:
     r["speedup_vs_fixed"] = base["epoch_s"] / r["epoch_s"] if base else None
     r["tokens_vs_fixed"] = r["tokens"] / base["tokens"] if base else None
-  how = ("every step" if full else f"{len(chosen)} sampled steps" if sample_steps
+    if base and r["sampled_tokens"]:
+      r["sampled_tokens_vs_fixed"] = r["sampled_tokens"] / base["sampled_tokens"]
+  how = ("every step" if full else
+         f"{len(chosen)} sampled steps, the median of {steps} rounds" if sample_steps
          else f"{steps} calls per program shape")
   return {"setup": {
       "task": task, "mixer": mixer, "preset": preset, "overrides": list(overrides),
@@ -259,14 +274,18 @@ def markdown(result: dict[str, Any], command: str, sha: str | None = None) -> st
       f"{u['preset']}" + (f" with {' '.join(u['overrides'])}" if u["overrides"] else "")
       + f": {u['num_layers']} layer(s), D={u['dim']}, {u['dtype']}, batch {u['batch_size']}; "
       f"quantum {u['quantum']}. Epoch time {how}; compile time apart. Tokens: rows x padded "
-      "length summed over the epoch's (micro-)batches, against fixed padding's.", "",
+      "length summed over the epoch's (micro-)batches, against fixed padding's"
+      + (f" (in brackets: over the sampled steps {u['sampled_steps']})"
+         if u.get("sampled_steps") else "") + ".", "",
       "| mode | steps | compiles | compile s | mean T | tokens | pads % | epoch s | steps/s "
       "| speed-up vs fixed | GFLOP/s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for r in result["modes"]:
     tokens = r.get("tokens_vs_fixed")
+    tokens = "-" if tokens is None else f"{tokens:.2f}" + (
+        f" ({r['sampled_tokens_vs_fixed']:.2f})" if r.get("sampled_tokens_vs_fixed") else "")
     lines.append(
         f"| {r['mode']} | {r['steps']} | {r['compiles']} | {r['compile_s']:.1f} | "
-        f"{r['mean_len']:.0f} | " + ("-" if tokens is None else f"{tokens:.2f}") + " | "
+        f"{r['mean_len']:.0f} | {tokens} | "
         f"{100 * r['pad_fraction']:.1f} | {r['epoch_s']:.1f} | "
         f"{r['steps'] / r['epoch_s']:.3g} | "
         + ("-" if r["speedup_vs_fixed"] is None else f"{r['speedup_vs_fixed']:.2f}") + " | "

@@ -71,13 +71,16 @@ def test_one_and_four_devices_give_the_same_losses(data_dir, tmp_path):
   # Per-batch padding (dropout is 0 in smoke) changes shapes only: the same losses on 4 devices.
   runs = {"1dev": (1, []), "4dev": (4, []),
           "4dev_accum2": (4, ["--config.train.grad_accum_steps=2"]),
-          "4dev_per_batch": (4, ["--config.data.padding=batch", "--config.data.pad_quantum=8"])}
+          "4dev_per_batch": (4, ["--config.data.padding=batch", "--config.data.pad_quantum=8"]),
+          # The global batch sorted, then each of its micro-batches shared by the 4 devices.
+          "4dev_sorted2": (4, ["--config.data.padding=sorted", "--config.data.pad_quantum=8",
+                               "--config.train.grad_accum_steps=2"])}
   for name, (devices, extra) in runs.items():
     code, _, err = _finish(_lra([*common, *extra, "--run-dir", str(tmp_path / name)], devices))
     assert code == 0, err
   reference = _rows(tmp_path / "1dev")
   assert len([r for r in reference if "train/loss" in r]) == 8
-  for name in ("4dev", "4dev_accum2", "4dev_per_batch"):
+  for name in ("4dev", "4dev_accum2", "4dev_per_batch", "4dev_sorted2"):
     final = json.loads((tmp_path / name / "final.json").read_text())
     assert final["num_devices"] == 4
     rows = _rows(tmp_path / name)
