@@ -46,7 +46,7 @@ def _naive_latte(q, k, v, mask):
       for t in range(T):
         p_l = np.exp(q[b, t, h] - q[b, t, h].max())
         p_l /= p_l.sum()
-        for l in range(q.shape[-1]):  # noqa: E741 - l indexes the L latents (STYLE.md letters)
+        for l in range(q.shape[-1]):  # noqa: E741 - l indexes the L latents (the shape letter L of the docstrings)
           logits = np.array([k[b, s, h, l] for s in real])
           p_s = np.exp(logits - logits.max())
           p_s /= p_s.sum()
@@ -276,7 +276,7 @@ def test_luna_matches_naive_formula():
   for b in range(B):
     real = np.flatnonzero(mask[b])
     for h in range(H):
-      for l in range(L):  # noqa: E741 - l indexes the L latents (STYLE.md letters)
+      for l in range(L):  # noqa: E741 - l indexes the L latents (the shape letter L of the docstrings)
         want_packed[b, l, h] = attend(packed_q[b, l, h], k[b, real, h], v[b, real, h])
       for t in range(T):
         pk, pv = unpack(want_packed[b, :, h])
@@ -326,7 +326,7 @@ def test_latte_macchiato_matches_naive_formula(window):
         p = np.exp(state_logits[b, t, h] - state_logits[b, t, h].max())
         p /= p.sum()                                     # over all L+1 states
         want[b, t, h] = p[0] * local[b, t, h]
-        for l in range(L):  # noqa: E741 - l indexes the L latents (STYLE.md letters)
+        for l in range(L):  # noqa: E741 - l indexes the L latents (the shape letter L of the docstrings)
           p_s = np.exp(latent_k[b, real, h, l] - latent_k[b, real, h, l].max())
           want[b, t, h] += p[l + 1] * (p_s / p_s.sum()) @ v[b, real, h]
   got = np.asarray(latte_macchiato.latte_macchiato_attention(q, k, v, state_logits, latent_k,
