@@ -32,6 +32,7 @@ from lra.config_loading import default_data_dir, resolve_config
 from lra.models.build import build_model
 from lra.models.encoder import EncoderBlock
 from lra.models.mixers import s5 as s5_mixer
+from lra.models.mixers import s5_init
 from lra.run import load_data
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,7 +119,6 @@ def _grad_norms(model, variables, batch) -> dict:
 def discretisation(state_size: int = 256, blocks: int = 8, dt_min: float = 1e-3,
                    dt_max: float = 0.1, seed: int = 0) -> dict:
   """Each mode's memory and rotation per step at initialisation, against 64 and 256 tokens."""
-  from lra.models.mixers import s5_init
   lam, _, _ = s5_init.block_diagonal_init(state_size, blocks)
   rng = np.random.default_rng(seed)
   step = np.exp(rng.uniform(np.log(dt_min), np.log(dt_max), lam.shape))
@@ -167,9 +167,7 @@ def compare_with_official(clone: Path, gate: str = "half_glu1", dim: int = 16, l
   x = jax.random.normal(jax.random.PRNGKey(1), (2, length, dim))
   mask = jnp.ones((2, length), bool)
   params = ours.init(jax.random.PRNGKey(0), x, mask, None, True)["params"]
-  lam, v, v_inv = (np.asarray(a) for a in
-                   __import__("lra.models.mixers.s5_init", fromlist=["x"]).block_diagonal_init(
-                       state_size, blocks))
+  lam, v, v_inv = s5_init.block_diagonal_init(state_size, blocks)
   ssm = official.ssm.init_S5SSM(H=dim, P=state_size // 2, Lambda_re_init=lam.real,
                                 Lambda_im_init=lam.imag, V=v, Vinv=v_inv,
                                 C_init="trunc_standard_normal", discretization="zoh",
