@@ -203,8 +203,8 @@ def base_config(task: str, preset: str, mixer: str, *,
   # Dropout's random bits: "threefry" (JAX's own; every run before 2026-11-24 used it),
   # "paired" (both words of each threefry block, half the hashing: a 10% faster CPU step for
   # Latte 4x128 at T=2000), or "rbg" / "unsafe_rbg" (XLA's RngBitGenerator, as MaxText and t5x
-  # use for dropout; its masks hold for one backend and jaxlib only; lra/dropout_rng.py). The
-  # masks differ, the distribution does not; initialisation always uses threefry.
+  # use for dropout; its masks hold for one backend and jaxlib only; lra/training/dropout_rng.py).
+  # The masks differ, the distribution does not; initialisation always uses threefry.
   c.train.dropout_bits = "threefry"
 
   c.eval = ml_collections.ConfigDict()
@@ -219,8 +219,9 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.checkpoint.every_steps = 1000
   c.checkpoint.keep = 2             # latest checkpoints kept (the best one is kept separately)
 
-  # The curves again, beside metrics.jsonl (the same scalars at the same steps; lra/loggers.py).
-  # Where the curves go is not what a run computes: neither key is part of the run's identity.
+  # The curves again, beside metrics.jsonl (the same scalars at the same steps;
+  # lra/runs/loggers.py). Where the curves go is not what a run computes: neither key is part of
+  # the run's identity.
   c.log = ml_collections.ConfigDict()
   c.log.tensorboard = False         # event files in the run folder (extra: tensorboard)
   c.log.wandb = ""                  # a W&B project name: log the run there (extra: wandb)

@@ -10,10 +10,13 @@ from typing import Any
 
 import ml_collections
 
-from lra import errors, loggers, run_identity, run_lock, stop_after, train
-from lra.config_loading import (data_cache_dir, default_data_dir,  # noqa: F401 (lra.run's API)
+from lra import errors
+from lra.machine import stop_after
+from lra.runs import loggers, run_identity, run_lock
+from lra.training import train
+from lra.runs.config_loading import (data_cache_dir, default_data_dir,  # noqa: F401 (lra.run's API)
                                 default_run_dir, reference_config, resolve_config)
-from lra.memory import OutOfMemoryError
+from lra.machine.memory import OutOfMemoryError
 from lra.tasks import get_task
 from lra.tasks.contract import progress as data_progress
 from lra.tasks.contract.cache import CacheDamagedError, DataMissingError, PreparedData

@@ -26,7 +26,9 @@ def step_clock(monkeypatch):
   """Call it to give `--stop-after` a clock that counts work, not seconds: a training step takes
   1 s, an evaluation of a split 3 s, a save 2 s (a best-params save nothing), so a stop falls on
   the same step on any machine. The test's monkeypatch.undo() takes it away."""
-  from lra import checkpoints, stop_after, train  # pylint: disable=import-outside-toplevel
+  from lra.machine import stop_after  # pylint: disable=import-outside-toplevel
+  from lra.runs import checkpoints
+  from lra.training import train
 
   def install():
     now = [0.0]

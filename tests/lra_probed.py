@@ -12,8 +12,8 @@ midway (its state written, its bookkeeping not), as on a full disk. With
 LRA_PROBE_MEMORY_LIMIT_AT_STEP=K, the process's address space is capped at what it maps plus
 LRA_PROBE_MEMORY_MARGIN_MB (default 256) when it fetches the batch of step K, so a step that
 allocates more fails in XLA's allocator, as on a device that is full. With
-LRA_PROBE_STEP_SECONDS=S, the clock `--stop-after` reads (lra.stop_after) moves S seconds more at
-each train batch, as if every step took that long, and the process logs that clock's seconds
+LRA_PROBE_STEP_SECONDS=S, the clock `--stop-after` reads (lra.machine.stop_after) moves S seconds
+more at each train batch, as if every step took that long, and the process logs that clock's seconds
 since its start when `lra` returns.
 """
 import errno
@@ -26,7 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-from lra import cli, stop_after, train
+from lra import cli
+from lra.machine import stop_after
+from lra.training import train
 
 LOG = Path(os.environ["LRA_PROBE_LOG"])
 RUN_DIR = Path(sys.argv[sys.argv.index("--run-dir") + 1]).resolve()

@@ -11,7 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import accelerator_rows as rows  # noqa: E402  pylint: disable=wrong-import-position
 
-from lra import ledger, pack  # noqa: E402
+from lra.report import ledger  # noqa: E402
+from lra.runs import pack
 from lra.cli import main as lra_main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

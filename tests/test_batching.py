@@ -9,15 +9,17 @@ import optax
 import pytest
 from flax.training.train_state import TrainState
 
-from lra import distributed, run, train
+from lra import run
+from lra.machine import distributed
+from lra.training import train
 from lra.configs.common import base_config
 from lra.models.build import build_model
 from lra.models.mixers import MIXERS
 from lra.tasks.contract.batches import (Batching, epoch_plan, eval_batches, example_lengths,
-                                        indexed_eval_batches, make_batch, split_batch,
-                                        step_batches, train_batches)
+                                        indexed_eval_batches, make_batch, split_batch, step_batches,
+                                        train_batches)
 from lra.tasks.contract.spec import TaskSpec
-from lra.writers import read_metrics
+from lra.runs.writers import read_metrics
 
 SPEC = TaskSpec(vocab_size=12, seq_len=40, num_classes=3)
 # Cheap XLA compiles (the maths is the same; the shared CPU is not): each shape compiles anew.
@@ -410,8 +412,8 @@ def test_a_stopped_sorted_run_resumes_to_the_uninterrupted_run(tmp_path, step_cl
 
 
 def test_the_variable_length_tasks_protocol_presets_sort_and_the_dry_run_says_so():
-  from lra import dry_run
-  from lra.config_loading import resolve_config
+  from lra.report import dry_run
+  from lra.runs.config_loading import resolve_config
   for task in ("listops", "text", "retrieval"):
     for preset in ("paper", "latte_code", "lra"):
       config = resolve_config(task, "latte", preset)

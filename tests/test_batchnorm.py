@@ -8,10 +8,11 @@ import jax
 import numpy as np
 import pytest
 
-from lra import errors, optim, run, train
-from lra.config_loading import resolve_config
+from lra import errors, run
+from lra.training import optim, train
+from lra.runs.config_loading import resolve_config
 from lra.models.build import build_model
-from lra.writers import read_metrics
+from lra.runs.writers import read_metrics
 
 SPEC = types.SimpleNamespace(vocab_size=20, seq_len=24, num_classes=10, dual=False)
 

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from lra import bench, bench_common, isolated
+from lra.bench import step_time, common
+from lra.machine import isolated
 from lra.cli import main
 
 def test_exponent_and_ratios_from_known_records():
@@ -18,7 +19,7 @@ def test_exponent_and_ratios_from_known_records():
              for t in lengths]
   records.append({"mixer": "fast", "seq_len": 1024, "status": "oom", "time_ms": None,
                   "peak_bytes": None})
-  s = bench.summarise(records)
+  s = step_time.summarise(records)
   assert s["mixers"]["softmax"]["time_exponent"] == pytest.approx(2.0)
   assert s["mixers"]["fast"]["memory_exponent"] == pytest.approx(1.0)
   fast = s["mixers"]["fast"]
@@ -124,10 +125,10 @@ def test_recorded_command_names_no_machine_paths(tmp_path, monkeypatch):
   monkeypatch.setenv("HOME", "/home/someone")
   argv = ["lra", "bench", "--epoch", "listops", "--data-dir", "/home/someone/.cache/lra",
           "--json", str(tmp_path / "results" / "e.json"), "--md", "/elsewhere/e.md"]
-  assert bench_common.recorded_command(argv) == (
+  assert common.recorded_command(argv) == (
       "lra bench --epoch listops --data-dir ~/.cache/lra --json results/e.json "
       "--md /elsewhere/e.md")
-  assert bench_common.recorded_command(["python", "-m", "x"]) == "lra bench"
+  assert common.recorded_command(["python", "-m", "x"]) == "lra bench"
 
 
 @pytest.mark.parametrize("message, expected", [
@@ -173,10 +174,10 @@ def test_a_record_out_of_memory_is_one_oom_line_and_time_cuts_lengths(monkeypatc
     return {"mixer": mixer, "seq_len": seq_len, "status": "ok", "time_ms": 1.0,
             "tokens_per_s": 1.0, "peak_bytes": 1, "flops_per_s": 5.0}
 
-  monkeypatch.setattr(bench, "measure", fake_measure)
-  monkeypatch.setattr(bench, "matmul_peak", lambda **kw: {"matmul_peak_flops_per_s": 10.0})
+  monkeypatch.setattr(step_time, "measure", fake_measure)
+  monkeypatch.setattr(step_time, "matmul_peak", lambda **kw: {"matmul_peak_flops_per_s": 10.0})
   lines = []
-  records = bench.run_bench(["softmax", "latte"], [64, 128], 1, dim=16, num_layers=1,
+  records = step_time.run_bench(["softmax", "latte"], [64, 128], 1, dim=16, num_layers=1,
                             num_heads=2, isolate=False, by_length=True, log=lines.append,
                             xla_log=tmp_path / "xla.log")
   assert calls == [("softmax", 64), ("latte", 64), ("softmax", 128), ("latte", 128)]
@@ -190,6 +191,6 @@ def test_a_record_out_of_memory_is_one_oom_line_and_time_cuts_lengths(monkeypatc
   assert "autotuner" not in capfd.readouterr().err
   assert "100 lines of the autotuner" in (tmp_path / "xla.log").read_text()
   calls.clear()
-  late = bench.run_bench(["latte"], [64], 1, dim=16, num_layers=1, num_heads=2, isolate=False,
+  late = step_time.run_bench(["latte"], [64], 1, dim=16, num_layers=1, num_heads=2, isolate=False,
                          deadline=time.monotonic())
   assert calls == [] and late[0]["status"] == "not run: out of time"

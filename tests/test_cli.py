@@ -26,7 +26,7 @@ def test_list_and_the_mixers_page_say_where_defaults_differ_from_the_lra_rows(ca
   setting, in `lra list` and in docs/mixers.md; Longformer and BigBird run the row's settings."""
   from pathlib import Path
 
-  from lra.data_commands import lra_row_departures
+  from lra.cli.data import lra_row_departures
   departures = lra_row_departures()
   assert departures["longformer"] == departures["bigbird"] == []
   assert "attend_across_buckets=False (LRA: True)" in departures["reformer"]
@@ -76,8 +76,8 @@ def test_dry_run_prints_each_value_with_its_source_and_trains_nothing(tmp_path, 
 def test_a_dry_run_says_what_the_run_costs_where_a_speed_is_known(capsys):
   """`lra run pathfinder softmax --preset lra --dry-run` showed 62,400 steps of batch 512 and not
   what they cost: now each device the ledger knows, its speed, total time and source."""
-  from lra import ledger
-  from lra.results import committed_results_dir
+  from lra.report import ledger
+  from lra.report.results import committed_results_dir
   committed = committed_results_dir()
   if committed is None:
     pytest.skip("needs this repository's results/ledger.json")
@@ -98,7 +98,7 @@ def test_a_dry_run_says_what_the_run_costs_where_a_speed_is_known(capsys):
 
 
 def test_a_dry_run_reads_speeds_from_runs_and_bench_records_of_the_same_config(tmp_path, capsys):
-  from lra.config_loading import resolve_config
+  from lra.runs.config_loading import resolve_config
   from test_results_tables import write_run
   res = tmp_path / "results"
   args = ["run", "synthetic", "linear", "--preset", "smoke", "--results-dir", str(res),
@@ -271,7 +271,7 @@ def test_generators_are_seeded_without_a_seed_flag(tmp_path):
 def test_dry_run_sources_hold_for_every_task():
   """Every task's config starts from configs/common.py:base_config (where `default` is read), so
   the smoke preset's one-layer model shows as `preset` and an override as `command line`."""
-  from lra import dry_run
+  from lra.report import dry_run
   from lra.tasks import TASKS
   for task in TASKS:
     rows = {key: source for key, _, source in dry_run.sources(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lra import run_summary
+from lra.report import run_summary
 from lra.cli import main, split_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,7 +131,7 @@ def smoke_data(tmp_path_factory):
 
 def test_a_run_stopped_before_its_first_evaluation_says_so(smoke_data, tmp_path, capsys,
                                                            monkeypatch):
-  from lra import checkpoints
+  from lra.runs import checkpoints
   save = checkpoints.Checkpointer.save
 
   def save_then_stop(self, step, *args, **kwargs):  # a SIGTERM just after step 2's checkpoint
@@ -276,7 +276,7 @@ def test_sweep_help_describes_every_option(capsys):
 
 
 def test_slurm_time_limits_read_in_every_form_slurm_takes():
-  from lra.slurm import limit_seconds
+  from lra.cli.slurm import limit_seconds
   assert [limit_seconds(t) for t in ("30", "30:15", "08:00:00", "2-0", "1-02:03", "1-00:00:01")] \
       == [1800, 1815, 28800, 172800, 93780, 86401]
   with pytest.raises(ValueError, match="expected Slurm's"):

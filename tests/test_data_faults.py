@@ -313,7 +313,7 @@ def test_a_full_disk_keeps_the_old_cache(tmp_path):
   before = _arrays(data / "synthetic")
   script = textwrap.dedent(f"""
       import resource, sys
-      import lra.cli, lra.data_commands
+      import lra.cli, lra.cli.data
       resource.setrlimit(resource.RLIMIT_FSIZE, (8000, 8000))  # SIGXFSZ stays ignored: EFBIG
       sys.exit(lra.cli.main({[*prepare, "--option", "seed=2"]!r}))
   """)

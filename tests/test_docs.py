@@ -13,7 +13,8 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from lra import bench, table_status, tables
+from lra.bench import step_time
+from lra.report import table_status, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -81,14 +82,14 @@ def test_generated_blocks_say_their_commit_and_are_current():
   assert tables.MADE_AT.search(readme[readme.index(tables.README_START):])
   page = ROOT / "docs" / "performance.md"
   text = page.read_text()
-  start, end = (text.index(m) for m in bench.README_MARKERS)
+  start, end = (text.index(m) for m in step_time.README_MARKERS)
   records = json.loads((ROOT / "results" / "bench" / "cpu.json").read_text())
   sha = re.search(r"git ([0-9a-f]{40}(?:-dirty)?)",  # -dirty: measured with uncommitted edits
                   (ROOT / "results" / "bench" / "cpu.md").read_text())[1]
-  expected = bench.readme_block(records, Path("../results/bench/cpu.md"), sha)
-  assert text[start:end + len(bench.README_MARKERS[1])] == expected
+  expected = step_time.readme_block(records, Path("../results/bench/cpu.md"), sha)
+  assert text[start:end + len(step_time.README_MARKERS[1])] == expected
   assert f"git {sha}" in expected
-  assert bench.README_MARKERS[0] not in readme  # one copy of the figures, in docs/
+  assert step_time.README_MARKERS[0] not in readme  # one copy of the figures, in docs/
 
 
 def test_the_status_is_generated_and_its_prose_holds_no_run_figure():
@@ -221,7 +222,7 @@ def test_the_readmes_cluster_example_runs_from_the_sweep_to_the_table(tmp_path, 
   (not run here: no Slurm) blocks until the array has ended, and the `lra` commands after it run
   and write the tables."""
   from lra.cli import main
-  from lra.slurm import current_env_activate
+  from lra.cli.slurm import current_env_activate
   monkeypatch.chdir(tmp_path)
   section = _readme_section("On a cluster (Slurm)")
   sweep_line, submit, *after = _commands(section.split("```bash\n", 1)[1].split("```", 1)[0])

@@ -8,7 +8,9 @@ import optax
 import pytest
 from flax.training.train_state import TrainState
 
-from lra import distributed, dropout_rng, run, train
+from lra import run
+from lra.machine import distributed
+from lra.training import dropout_rng, train
 from lra.models.build import build_model
 from lra.tasks.contract.batches import train_batches
 

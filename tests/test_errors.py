@@ -4,7 +4,8 @@ import errno
 
 import pytest
 
-from lra import errors, results, status
+from lra import errors
+from lra.report import results, status
 from lra.cli import main
 
 

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from lra import run, run_lock, run_summary
+from lra import run
+from lra.report import run_summary
+from lra.runs import run_lock
 from lra.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +195,7 @@ DAMAGE_RUN = ["train.num_steps=8", "eval.every_steps=2", "checkpoint.every_steps
 def stopped_run(data_dir, tmp_path_factory):
   """A run stopped by SIGTERM after its step-6 checkpoint (sealed checkpoints of steps 2, 4, 6 and
   a best one), and the final.json of the same run uninterrupted."""
-  from lra import checkpoints
+  from lra.runs import checkpoints
   root = tmp_path_factory.mktemp("damage")
   reference = run.run("listops", "softmax", preset="smoke", overrides=DAMAGE_RUN,
                       data_dir=data_dir, run_dir=root / "reference", progress=False)
@@ -259,7 +261,8 @@ def _unsealed_metadata_cut_short(step_dir):
                                     _unsealed_metadata_cut_short], ids=lambda f: f.__name__[1:])
 def test_a_damaged_checkpoint_is_moved_aside_and_the_run_resumes_from_the_newest_intact_one(
     damage, stopped_run, data_dir, tmp_path, capsys):
-  from lra import checkpoints, train
+  from lra.runs import checkpoints
+  from lra.training import train
   from lra.run import load_data
   run_dir = tmp_path / "run"
   shutil.copytree(stopped_run[0], run_dir)
@@ -328,7 +331,7 @@ def test_resuming_past_an_unreadable_checkpoint_prints_no_event_loop_tracebacks(
 
 def test_only_the_closed_event_loop_reports_are_dropped(monkeypatch):
   from types import SimpleNamespace
-  from lra import checkpoints
+  from lra.runs import checkpoints
   seen = []
   monkeypatch.setattr(sys, "unraisablehook", seen.append)
   undo = checkpoints.drop_closed_loop_reports()
@@ -465,7 +468,7 @@ def test_an_allocation_that_fails_despite_the_estimate_ends_the_run_in_the_same_
 
 def test_device_memory_is_read_with_units_and_a_bad_value_says_what_to_set(monkeypatch):
   import jax
-  from lra import memory
+  from lra.machine import memory
   monkeypatch.setenv("LRA_DEVICE_MEMORY", "1.5GiB")
   assert memory.device_bytes(jax.devices()[0]) == (3 * 2**29, "LRA_DEVICE_MEMORY")
   monkeypatch.setenv("LRA_DEVICE_MEMORY", "512 MB")
@@ -491,7 +494,7 @@ def test_slurm_array_script_sends_term_to_the_run_which_saves_and_resumes_when_r
   """The emitted script: SIGTERM before the time limit to the batch shell, which `exec` made the
   run itself; requeue. Run with bash as Slurm would, TERM to its pid stops the run `interrupted`
   with a checkpoint, and the same array task run again resumes from it."""
-  from lra import sweep
+  from lra.cli import sweep
   jobs = sweep.plan(["listops"], ["softmax"], [0], preset="smoke", results_dir=tmp_path / "res",
                     data_dir=data_dir, overrides=["train.num_steps=100000"])
   script = tmp_path / "sweep.sbatch"
@@ -524,7 +527,7 @@ def test_slurm_array_script_sends_term_to_the_run_which_saves_and_resumes_when_r
 
 def test_an_error_during_training_is_failed_with_its_step_and_its_traceback_logged(
     data_dir, tmp_path, capsys, monkeypatch):
-  from lra import train
+  from lra.training import train
 
   def broken_eval(*args, **kwargs):
     raise ZeroDivisionError("the eval broke")

@@ -1,7 +1,7 @@
 """The fitting screen (lra check --fit): it must tell a block that fits from one that cannot."""
 import pytest
 
-from lra import fit_screen
+from lra.bench import fit_screen
 
 
 def test_the_bar_reads_the_last_windows_of_train_accuracy():

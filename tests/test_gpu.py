@@ -12,7 +12,8 @@ import numpy as np
 import optax
 import pytest
 
-from lra import run, train
+from lra import run
+from lra.training import train
 from lra.models.build import build_model, execution_path
 from lra.models.mixers import softmax
 from lra.tasks.contract.spec import TaskSpec

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from lra import cli, ledger, run_summary
-from lra.config_loading import default_run_dir
+from lra import cli
+from lra.report import ledger, run_summary
+from lra.runs.config_loading import default_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ledger.load(ROOT / "results" / "ledger.json")

@@ -7,9 +7,10 @@ import types
 
 import pytest
 
-from lra import cli, loggers, run
-from lra.config_loading import default_run_dir, resolve_config
-from lra.writers import MetricsWriter, read_metrics
+from lra import cli, run
+from lra.runs import loggers
+from lra.runs.config_loading import default_run_dir, resolve_config
+from lra.runs.writers import MetricsWriter, read_metrics
 
 
 def _scalars_of(path):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lra import checkpoints, pack
+from lra.runs import checkpoints, pack
 from lra.tasks.contract import manifest
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from lra import run, stop_after
+from lra import run
+from lra.machine import stop_after
 from lra.tasks.contract.batches import eval_batches, train_batches
 from lra.tasks.contract.cache import PreparedData
-from lra.writers import read_metrics
+from lra.runs.writers import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 # Tiny: the cost is start-up and compiling; 8 steps cross two evaluations and two checkpoints.
@@ -275,7 +276,7 @@ def test_stop_after_on_two_hosts_budgets_the_steps_a_stop_takes_to_land(
 
 
 def test_a_bad_peer_timeout_says_what_to_set(monkeypatch):
-  from lra import distributed
+  from lra.machine import distributed
   monkeypatch.setenv("LRA_PEER_TIMEOUT_S", "2m")
   with pytest.raises(ValueError, match=r"LRA_PEER_TIMEOUT_S='2m': expected a whole number of "
                      r"seconds >= 1, e.g. LRA_PEER_TIMEOUT_S=120"):
@@ -288,7 +289,7 @@ def test_a_bad_peer_timeout_says_what_to_set(monkeypatch):
 def test_two_processes_train_sorted_micro_batches_as_one(data_dir, compile_cache, tmp_path):
   """Sorted micro-batches over two hosts: each global batch is sorted and cut before it is
   shared, every process reads its half of every micro-batch, and the run equals one process's."""
-  from lra import train
+  from lra.training import train
   from lra.tasks.contract.batches import step_batches
   overrides = [*OVERRIDES, "data.padding=sorted", "data.pad_quantum=16",
                "train.grad_accum_steps=2"]

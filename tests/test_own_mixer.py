@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lra import bench, sweep
+from lra.bench import step_time
+from lra.cli import sweep
 from lra.cli import main
-from lra.config_loading import default_run_dir, resolve_config
+from lra.runs.config_loading import default_run_dir, resolve_config
 from lra.models.build import build_model
 from lra.models.mixers import default_settings, find_mixer
 from lra.models.mixers.contract import PROPERTIES
@@ -116,7 +117,7 @@ def test_sweep_and_bench_take_an_import_path(layer_file, tmp_path):
   [job] = sweep.plan(["synthetic"], [spec], [0], preset="smoke", results_dir=tmp_path)
   assert job.run_dir == default_run_dir(resolve_config("synthetic", spec, "smoke"), tmp_path)
   assert job.argv[:3] == ("run", "synthetic", spec)
-  record = bench.measure(spec, 16, 1, dim=16, num_layers=1, num_heads=2, num_steps=1,
+  record = step_time.measure(spec, 16, 1, dim=16, num_layers=1, num_heads=2, num_steps=1,
                          warmup_steps=0, min_time_s=0.0)
   assert record["status"] == "ok" and record["mixer"] == f"MeanGate@{_sha8(layer_file)}"
 

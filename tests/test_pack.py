@@ -13,9 +13,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from lra import pack, run
+from lra import run
+from lra.runs import pack
 from lra.cli import main
-from lra.writers import read_metrics
+from lra.runs.writers import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 # Dropout on, from the rbg generator: a resumed run must draw the masks the uninterrupted one did.
@@ -133,7 +134,7 @@ def test_the_resume_command_rebuilds_the_run_from_its_config(tmp_path, monkeypat
   config it was rebuilt from; with the mixer's file not (yet) in place, every setting of its
   block is named, which resolves to the same."""
   from lra.cli import run_config
-  from lra.config_loading import resolve_config
+  from lra.runs.config_loading import resolve_config
   monkeypatch.chdir(tmp_path)
   (tmp_path / "my_layers").mkdir()
   (tmp_path / "my_layers" / "scale.py").write_text(LAYER)

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lra import cli, pack
-from lra.run_identity import flatten
+from lra import cli
+from lra.runs import pack
+from lra.runs.run_identity import flatten
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))

@@ -10,8 +10,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from lra import cli, plot, results
-from lra.writers import read_metrics
+from lra import cli
+from lra.report import plot, results
+from lra.runs.writers import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "results" / "runs"

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from lra.config_loading import resolve_config
-from lra.run_identity import flatten
+from lra.runs.config_loading import resolve_config
+from lra.runs.run_identity import flatten
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lra.config_loading import resolve_config
+from lra.runs.config_loading import resolve_config
 from lra.models.encoder import EncoderBlock
 from lra.models.mixers import mega, s5
 

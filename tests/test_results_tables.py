@@ -1,4 +1,4 @@
-"""lra.results, `lra table` and `lra sweep` on run directories the tests write themselves."""
+"""lra.report.results, `lra table` and `lra sweep` on run directories the tests write themselves."""
 import csv
 import io
 import json
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lra import results, slurm, sweep, tables
+from lra.cli import slurm, sweep
+from lra.report import results, tables
 from lra.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def write_run(results_dir, task, mixer, preset, seed, test, *, status="complete", val=None,
               best=None, last=None, run=None, config=None, chance=0.1, majority=0.2,
               curve=((10, 0.5), (20, 0.6)), **final_extra):
-  """A run directory as lra.train writes it (accuracies as fractions; `test` at the best val
-  step, `best` the best test, `last` the last step's test, both defaulting to `test`)."""
+  """A run directory as lra.training.train writes it (accuracies as fractions; `test` at the best
+  val step, `best` the best test, `last` the last step's test, both defaulting to `test`)."""
   run_dir = results_dir / "runs" / task / mixer / (run or f"{preset}_seed{seed}")
   run_dir.mkdir(parents=True)
   cfg = config or {"task": task, "preset": preset, "model": {"mixer": mixer, "dim": 8},
@@ -300,8 +301,8 @@ def test_committed_tables_are_current():
 def test_committed_runs_match_todays_configs():
   """Each committed run is what its folder's command resolves to today, so rerunning that
   command in a fresh clone skips or resumes it instead of failing on a stale config."""
-  from lra import run_identity
-  from lra.config_loading import preset_reference
+  from lra.runs import run_identity
+  from lra.runs.config_loading import preset_reference
   stale = []
   for config_path in sorted((ROOT / "results" / "runs").glob("*/*/*/config.json")):
     config = json.loads(config_path.read_text())
@@ -312,8 +313,8 @@ def test_committed_runs_match_todays_configs():
 
 
 def test_run_names_say_what_differs_from_the_preset():
-  from lra import run_identity
-  from lra.config_loading import default_run_dir, resolve_config
+  from lra.runs import run_identity
+  from lra.runs.config_loading import default_run_dir, resolve_config
   plain = resolve_config("listops", "latte", "demo")
   assert default_run_dir(plain, Path("r")) == Path("r/runs/listops/latte/demo_seed0")
   vapor = resolve_config("listops", "latte", "demo", ["mixers.latte.vapor=true", "train.seed=2",
@@ -335,8 +336,8 @@ def test_run_names_say_what_differs_from_the_preset():
 def test_a_key_added_with_a_new_behaviour_reads_old_configs_as_they_ran(preset, departs):
   """Reformer configs written before `attend_across_buckets` attended across buckets: that is a
   departure from today's paper preset (the same-bucket rule), not from the LRA code's preset."""
-  from lra import run_identity
-  from lra.config_loading import resolve_config
+  from lra.runs import run_identity
+  from lra.runs.config_loading import resolve_config
   today = resolve_config("synthetic", "reformer", preset).to_dict()
   old = json.loads(json.dumps(today))
   del old["mixers"]["reformer"]["attend_across_buckets"]
@@ -465,7 +466,7 @@ def test_the_cpu_table_has_a_column_per_task_with_the_published_number_and_the_c
   """The laptop runs of two tasks: one line per mixer, a column per task (ours at the best val
   step, the same mixer's published number beside); Pathfinder's column comes with the line
   naming what the CNN probe reached on a CPU, read from its run."""
-  from lra import tables
+  from lra.report import tables
   res = tmp_path / "results"
   write_run(res, "listops", "softmax", "laptop", 0, 0.365)
   write_run(res, "pathfinder", "softmax", "laptop", 0, 0.5005, chance=0.5, majority=0.5)
@@ -492,7 +493,7 @@ def test_squares_are_their_own_column_never_lras_pathfinder_with_the_rank_correl
   same line as the mixer's other CPU runs; own blocks get their own line; under the table,
   Spearman's rho between the squares column and the published (1,024-pixel) Pathfinder column,
   here computed by hand from the published numbers the line shows."""
-  from lra import tables
+  from lra.report import tables
   res = tmp_path / "results"
   write_run(res, "pathfinder", "softmax", "laptop", 0, 0.5005, chance=0.5, majority=0.5)
   ours = {"softmax": 0.70, "latte": 0.76, "linear": 0.72, "performer": 0.60}
@@ -524,7 +525,7 @@ def test_the_status_is_written_from_the_runs_and_reads_well_with_any_number_of_r
   runs and the ledger: ListOps' range among the mixers that learn, the squares column's count and
   ends with its rank correlation (with no row, one, then three), the synthetic runs at default
   and at other settings, the ledger's next row at its cost. A run added makes both stale."""
-  from lra import ledger, table_status
+  from lra.report import ledger, table_status
   res = tmp_path / "results"
   readme = tmp_path / "README.md"
   readme.write_text(f"# x\n\n{table_status.README_MARKERS[0]}\n{table_status.README_MARKERS[1]}\n\n"

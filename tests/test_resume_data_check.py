@@ -44,7 +44,7 @@ def test_a_run_refuses_to_resume_on_other_data(tmp_path, step_clock, monkeypatch
 
 
 def test_what_counts_as_other_data():
-  from lra.run_identity import data_changes
+  from lra.runs.run_identity import data_changes
   record = {"arrays_sha256": "sha256:" + "a" * 64, "splits": {"train": 8, "val": 2},
             "options": {"difficulty": "easy"},
             "source": {"path": "/elsewhere", "checksums": {

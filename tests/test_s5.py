@@ -126,7 +126,7 @@ def test_zero_order_hold_integrates_the_continuous_input():
 
 
 def test_ssm_parameters_get_their_own_rate_and_no_weight_decay():
-  from lra import optim
+  from lra.training import optim
   from lra.configs import listops
   config = listops.get_config("smoke,mixer=s5")
   with config.unlocked():
@@ -170,7 +170,7 @@ def test_output_layer_is_s5s_own_after_the_scans(activation):
 
 
 def test_common_block_s5_is_s5s_layer_and_the_published_block_gates_once():
-  from lra.config_loading import resolve_config
+  from lra.runs.config_loading import resolve_config
   from lra.models.build import build_model
   from lra.tasks import TaskSpec
   common = resolve_config("listops", "s5", "smoke")

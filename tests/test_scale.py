@@ -18,8 +18,10 @@ import optax
 import pytest
 
 from lra.models.build import build_model
-from lra import distributed, run, train
-from lra.writers import read_metrics
+from lra import run
+from lra.machine import distributed
+from lra.training import train
+from lra.runs.writers import read_metrics
 from lra.tasks.contract.batches import Batching, eval_batches, split_batch, train_batches
 from lra.tasks.contract.cache import PreparedData
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lra import results, status
+from lra.report import results, status
 from lra.cli import main
 from test_results_tables import write_run
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lra import stop_after
+from lra.machine import stop_after
 
 ROOT = Path(__file__).resolve().parents[1]
 

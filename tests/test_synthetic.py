@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lra import run, run_summary
+from lra import run
+from lra.report import run_summary
 from lra.models.mixers import MIXERS
 from lra.tasks.generators import synthetic
 

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from lra.models.build import build_model
-from lra import run, train
+from lra import run
+from lra.training import train
 from lra.tasks.contract import progress
-from lra.config_loading import apply_overrides, data_cache_dir, load_config
-from lra.writers import read_metrics
+from lra.runs.config_loading import apply_overrides, data_cache_dir, load_config
+from lra.runs.writers import read_metrics
 from lra.tasks.contract.batches import eval_batches
 from lra.tasks.contract.cache import PreparedData
 
@@ -256,7 +257,7 @@ def test_a_partial_run_carried_through_git_resumes_on_the_clone(tmp_path, monkey
   import shutil
   import signal
   from pathlib import Path
-  from lra import checkpoints
+  from lra.runs import checkpoints
 
   overrides = ["train.num_steps=8", "eval.every_steps=2", "train.log_every_steps=1",
                "checkpoint.every_steps=2", "checkpoint.keep=2"]

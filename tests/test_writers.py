@@ -1,7 +1,7 @@
 """Provenance: which commit a result came from, and whether its code was modified."""
 import subprocess
 
-from lra import writers
+from lra.runs import writers
 
 
 def test_git_sha_is_dirty_for_code_changes_not_for_results(tmp_path):

@@ -225,13 +225,13 @@ def phase_tests(ctx: Check, deadline: float) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Phase b: bench.
+# Phase b: step_time.
 
 def phase_bench(ctx: Check, deadline: float) -> dict[str, Any]:
-  from lra import bench
+  from lra.bench import step_time
   grid = ctx.sizes["bench"]
-  mixers = bench.all_mixers()
-  records = bench.run_bench(mixers, grid["lengths"], grid["batch_size"], dim=grid["dim"],
+  mixers = step_time.all_mixers()
+  records = step_time.run_bench(mixers, grid["lengths"], grid["batch_size"], dim=grid["dim"],
                             num_layers=grid["num_layers"], num_heads=grid["num_heads"],
                             num_steps=grid["num_steps"], warmup_steps=grid["warmup_steps"],
                             min_time_s=grid["min_time_s"], matmul_n=grid["matmul_n"],
@@ -445,7 +445,7 @@ class Check:
 
 def run_check(args: argparse.Namespace) -> Path:
   check = Check(args)
-  from lra.isolated import call_isolated
+  from lra.machine.isolated import call_isolated
   env, error, _ = call_isolated(environment, {}, timeout_s=120)
   check.env = env or {"error": error}
   date = datetime.datetime.now(datetime.UTC)

@@ -71,7 +71,8 @@ class Session:
   """One call: its budget, folders, row and report."""
 
   def __init__(self, args: argparse.Namespace):
-    from lra import ledger, writers
+    from lra.report import ledger
+    from lra.runs import writers
     self.args, self.start = args, time.monotonic()
     self.deadline = self.start + args.budget_s
     self.out = Path(args.out)
@@ -93,7 +94,7 @@ class Session:
   def next_row(self, skip: str | None = None) -> dict[str, Any] | None:
     """The first ledger row (other than `skip`) neither committed complete or stopped, nor
     completed by this call, nor stopped on this machine (a warm one's .rows/ keeps its state)."""
-    from lra import ledger
+    from lra.report import ledger
     here = {row["id"] for row in ledger.stopped(self.ledger, self.results)}
     return ledger.first_unfinished(
         [r for r in self.ledger if r["id"] not in (*self.finished, *here, skip)],
@@ -101,7 +102,7 @@ class Session:
 
   def stopped_rows(self) -> list[dict[str, str]]:
     """The rows `next_row` skips as stopped (diverged or failed), each with where it stands."""
-    from lra import ledger, run_summary
+    from lra.report import ledger, run_summary
     committed = ledger.stopped(self.ledger, self.args.results_dir)
     skipped = [{"row": row["id"], "state": ledger.status(row, self.args.results_dir)}
                for row in committed]
@@ -133,7 +134,7 @@ class Session:
 
 def row_command(session: Session, row: dict[str, Any]) -> tuple[list[str], str]:
   """The row's `lra run` arguments (quick: shrunk) and its task."""
-  from lra import ledger
+  from lra.report import ledger
   args = ledger.run_args(row)
   if session.args.quick:
     args += [f"--config.{o}" for o in QUICK_OVERRIDES]
@@ -226,7 +227,8 @@ class RowWork:
 def place_state(session: Session, row: dict[str, Any]) -> dict[str, Any]:
   """The row's newest state in .rows/results: a newer one left by an earlier call stays,
   else the committed archive is unpacked, else the row starts."""
-  from lra import ledger, pack, writers
+  from lra.report import ledger
+  from lra.runs import pack, writers
   args = session.args
   here = session.results / row["run"]
   committed = ledger.archive(row, args.results_dir)
@@ -246,7 +248,8 @@ def place_state(session: Session, row: dict[str, Any]) -> dict[str, Any]:
 def warm_up(row_args: list[str], spec: dict[str, Any]) -> None:
   """Compiles the row's train and eval steps as `lra run` will (train.check_fits), filling the
   persistent compilation cache that the run then reads (child process; no data needed)."""
-  from lra import cli, train
+  from lra import cli
+  from lra.training import train
   from lra.tasks.contract.spec import TaskSpec
   config = cli.run_config(row_args)
   spec = TaskSpec(**spec)
@@ -256,7 +259,7 @@ def warm_up(row_args: list[str], spec: dict[str, Any]) -> None:
 
 def metrics_summary(run_dir: Path, after: int) -> dict[str, Any]:
   """This call's training: steps/s (median of its log windows after the first), best so far."""
-  from lra.writers import read_metrics
+  from lra.runs.writers import read_metrics
   rows = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
   rates = [r["train/steps_per_s"] for r in rows if r["step"] > after and "train/steps_per_s" in r]
   final = json.loads((run_dir / "final.json").read_text()) if (run_dir / "final.json").exists() \
@@ -309,7 +312,7 @@ def advance(session: Session) -> None:
 def advance_row(session: Session, work: RowWork) -> RowWork | None:
   """One row: state, compiled steps and data, training, pack, its section of the report.
   Returns the next row's work when this row completed with time to spare, else None."""
-  from lra import ledger
+  from lra.report import ledger
   row = work.row
   section: dict[str, Any] = {"row": row["id"], "row_command": row["command"], "run": row["run"],
                              "phases": work.phases}
@@ -360,11 +363,11 @@ def advance_row(session: Session, work: RowWork) -> RowWork | None:
     section["run_log_tail"] = (session.work / "run.log").read_text()[-2000:]
   if stopped:  # adopting records the stop, so that later loans skip the row
     section["final"] = json.loads((run_dir / "final.json").read_text())
-    from lra import run_summary
+    from lra.report import run_summary
     section["status"] = (run_summary.state_text(section["final"]) + ": not retried by later "
                          "loans once adopted")
   if code in (0, 130) or stopped:
-    from lra import pack
+    from lra.runs import pack
     began = time.monotonic()
     name = "-".join(row["run"].split("/")[1:]) + ".pack"  # letters, digits, '.', '_', '-'
     try:
@@ -411,7 +414,7 @@ def adopt(out: Path, results_dir: Path) -> list[Path]:
     if section.get("archive"):
       changed += _adopt_archive(out / section["archive"][0]["file"], results_dir)
     else:
-      from lra import writers
+      from lra.runs import writers
       target = results_dir / section["run"] / "final.json"
       target.parent.mkdir(parents=True, exist_ok=True)
       writers.write_json_atomic(target, section["final"])
@@ -420,7 +423,8 @@ def adopt(out: Path, results_dir: Path) -> list[Path]:
 
 
 def _adopt_archive(first: Path, results_dir: Path) -> list[Path]:
-  from lra import ledger, pack
+  from lra.report import ledger
+  from lra.runs import pack
   manifest = pack.read_manifest(first)
   target = results_dir / manifest["run"]
   changed = []

@@ -36,7 +36,7 @@ def command(run_root: Path, seed: int, dtype: str) -> list[str]:
 
 def run_dir(run_root: Path, seed: int, dtype: str) -> Path:
   """Where `command` trains: lra's own default run folder for that config."""
-  from lra.config_loading import default_run_dir, resolve_config
+  from lra.runs.config_loading import default_run_dir, resolve_config
   config = resolve_config("listops", "latte", "demo", overrides(seed, dtype))
   return default_run_dir(config, run_root / "results")
 

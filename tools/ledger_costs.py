@@ -27,7 +27,8 @@ CALIBRATION = "listops-latte-paper-seed0"  # the row measured on the H200
 
 def step_costs(rows: list[dict]) -> dict[str, dict]:
   """XLA's costs of each distinct row's train step, by row id (seeds share their program)."""
-  from lra import cli, ledger
+  from lra import cli
+  from lra.report import ledger
   from lra.tasks.contract.spec import TaskSpec
   done: dict[str, dict] = {}
   by_program: dict[str, dict] = {}

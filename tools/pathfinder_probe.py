@@ -53,7 +53,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from lra.writers import portable  # noqa: E402
+from lra.runs.writers import portable  # noqa: E402
 
 
 class PlainCNN(nn.Module):
@@ -380,7 +380,7 @@ def train(args: argparse.Namespace) -> tuple[dict, dict]:
           "resumed_at": []}
   state, step, checkpoints = initial, 0, None
   if folder:
-    from lra.checkpoints import Checkpointer
+    from lra.runs.checkpoints import Checkpointer
     checkpoints = Checkpointer(folder)
     step = checkpoints.latest_step() or 0
   if step:

@@ -31,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lra import pack, run_lock
+from lra.runs import pack, run_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "results" / "pathfinder_study"
@@ -331,7 +331,7 @@ def _plot(studies: list[StudyRun]) -> list[str]:
   """curves_<difficulty>.png per difficulty (one pixel per token), curves_squares.png for the
   runs on p x p squares and curves_fit.png for the fitting screens (lra plot's figure); returns
   their file names."""
-  from lra.plot import curves_figure
+  from lra.report.plot import curves_figure
   names = []
   long_runs = [s for s in studies if not s.fit]
   groups = {d: [s for s in long_runs if s.difficulty == d and s.patch == 1]

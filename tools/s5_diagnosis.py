@@ -1,9 +1,9 @@
 """Why S5 in the common block cannot fit the Pathfinder squares screen: measurements at init.
 
-Issue 58's evidence, on the fitting screen (lra.fit_screen: `--preset squares`, 480 easy images as
-4x4 squares, 64 tokens, 600 steps); written to results/s5_diagnosis/, read in docs/mixers.md:
-  1. per block, the RMS of the residual stream, of the mixer's output and of its two parts
-     (the scans' 2 Re(C x) and the feed-through D u);
+Issue 58's evidence, on the fitting screen (lra.bench.fit_screen: `--preset squares`, 480 easy
+images as 4x4 squares, 64 tokens, 600 steps); written to results/s5_diagnosis/, read in
+  docs/mixers.md: 1. per block, the RMS of the residual stream, of the mixer's output and of its
+     two parts (the scans' 2 Re(C x) and the feed-through D u);
   2. the gradient norm of every S5 parameter (Lambda, B, C, D, log_step) against the rest;
   3. the discretisation: each mode's memory (steps until |Lambda_bar|^k < 1/2) and rotation per
      step, against 64 and 256 tokens;
@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lra.config_loading import default_data_dir, resolve_config
+from lra.runs.config_loading import default_data_dir, resolve_config
 from lra.models.build import build_model
 from lra.models.encoder import EncoderBlock
 from lra.models.mixers import s5 as s5_mixer
@@ -189,8 +189,8 @@ def compare_with_official(clone: Path, gate: str = "half_glu1", dim: int = 16, l
           "output_rms": _rms(ours_y)}
 
 
-# The fitting screen (lra.fit_screen: 480 easy images as 4x4 squares, 600 steps) for S5 and Latte
-# under each change the measurements above point at: the output layer, positions, S5's own
+# The fitting screen (lra.bench.fit_screen: 480 easy images as 4x4 squares, 600 steps) for S5 and
+# Latte under each change the measurements above point at: the output layer, positions, S5's own
 # learning rates, the norm (BatchNorm, as S5's LRA scripts run it), S5's own block, and S5 whose
 # input has each sequence's mean removed (tools/s5_probe_centred.py).
 SCREENS = (
@@ -212,7 +212,7 @@ SCREENS = (
 
 
 def screens() -> list[dict]:
-  from lra import fit_screen
+  from lra.bench import fit_screen
   found = []
   for mixer, what, overrides in SCREENS:
     fit = fit_screen.screen(mixer, overrides=overrides)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pathfinder_study import ROOT, run_pinned
 
-from lra import pack
+from lra.runs import pack
 from lra.models.mixers import MIXERS
 
 OUT = ROOT / "results" / "runs" / "pathfinder"

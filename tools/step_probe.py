@@ -3,10 +3,10 @@
   python tools/step_probe.py --out DIR             # on the accelerator JAX finds, <= 4 minutes
   python tools/step_probe.py --quick --out DIR     # tiny sizes: a CPU try-out in tens of seconds
 
-The runner's own jitted train step (lra.train.setup / make_steps, donated state, the `paper`
-preset of `lra run listops latte`) on LRA-size ListOps batches drawn from the suite's generator
-(lengths 500-2,000, depth 10, padded to T=2,000), timed as: baseline; the `unsafe_rbg` and `rbg`
-dropout generators; bf16 compute; bf16 with `unsafe_rbg`; dropout 0 (the most any dropout
+The runner's own jitted train step (lra.training.train.setup / make_steps, donated state, the
+`paper` preset of `lra run listops latte`) on LRA-size ListOps batches drawn from the suite's
+generator (lengths 500-2,000, depth 10, padded to T=2,000), timed as: baseline; the `unsafe_rbg`
+and `rbg` dropout generators; bf16 compute; bf16 with `unsafe_rbg`; dropout 0 (the most any dropout
 generator can buy); and the baseline again (drift). Each variant records its compile time, its
 steps/s, XLA's cost analysis (FLOPs and bytes accessed per step) and what those make per second
 (TFLOP/s, TB/s), and a jax.profiler trace of TRACE_STEPS steps summarised as device busy %, kernels
@@ -89,7 +89,7 @@ def listops_batches(batch_size: int, seq_len: int, count: int, examples: dict[st
 
 def paper_config(overrides: tuple[str, ...] = (), task: str = "listops", mixer: str = "latte",
                  preset: str = "paper"):
-  from lra.config_loading import resolve_config
+  from lra.runs.config_loading import resolve_config
   return resolve_config(task, mixer, preset, list(overrides))
 
 
@@ -108,7 +108,7 @@ def abstract_step_cost(config, spec) -> dict[str, Any]:
   FLOPs and bytes per step (what tools/ledger_costs.py estimates rows from)."""
   import jax
   import jax.numpy as jnp
-  from lra import train
+  from lra.training import train
   s = train.setup(config, spec)
   state = jax.eval_shape(lambda: train.init_state(s, spec, 0))
   state = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s.replicated),
@@ -199,7 +199,7 @@ def probe_variant(name: str, overrides: tuple[str, ...], sizes: dict[str, Any],
                   batches: list[dict[str, Any]], deadline: float, work: Path) -> dict[str, Any]:
   """Compiles, times and traces the train step of one variant."""
   import jax
-  from lra import train
+  from lra.training import train
   from lra.tasks.contract.spec import TaskSpec
   config = paper_config((*FIXED, *sizes["overrides"], *overrides))
   spec = TaskSpec(vocab_size=16, seq_len=sizes["seq_len"], num_classes=10)
@@ -254,7 +254,7 @@ def _compiled_step(s, state, batches: list[dict[str, Any]], config, spec):
   nothing waits between them, as in the runner."""
   import jax
   import numpy as np
-  from lra import train
+  from lra.training import train
   from lra.tasks.contract.batches import split_batch
   batching = train.batching_of(config)
   rows = config.train.batch_size

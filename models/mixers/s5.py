@@ -102,7 +102,7 @@ class S5Mixer(nn.Module):
     dt_min, dt_max: the range of the initial steps dt (log-uniform).
     clip_eigs: keep Re(Lambda) <= -1e-4 (S5's option, set for its Image run).
     ssm_params: this mixer's parameters trained at `train.ssm_learning_rate` without weight decay
-      (lra/optim.py reads this field); S5's "standard" group by default.
+      (lra/training/optim.py reads this field); S5's "standard" group by default.
     activation: S5's output layer after the scans (output_layer); "none" under the published
       block (model.block=s5), which applies it itself. The default here is "none" so that run
       folders made before the setting existed rebuild the model they trained; configs set

@@ -2,9 +2,9 @@
 
 Written once for the three records that keep one: a prepared cache's meta.json `arrays`
 (tasks/contract/integrity.py, which adds each array's shape and a sampled digest), a checkpoint's
-seal (lra_manifest.json, lra/checkpoints.py) and a run's archive (lra_pack.json, lra/pack.py). An
-entry is {"bytes": size, "sha256": hex digest}; meta.json's digests carry a "sha256:" prefix
-(its source fingerprints are of other kinds too), which `entry` writes when asked.
+seal (lra_manifest.json, lra/runs/checkpoints.py) and a run's archive (lra_pack.json,
+lra/runs/pack.py). An entry is {"bytes": size, "sha256": hex digest}; meta.json's digests carry a
+"sha256:" prefix (its source fingerprints are of other kinds too), which `entry` writes when asked.
 
 It lives in lra.tasks.contract because the data cache, the lowest layer that checks files, needs
 it: lra.tasks never imports the runner (lra/), and the runner imports it from here.

@@ -225,8 +225,8 @@ class Steps:
 class Throughput:
   """Training steps per second over one log window, evaluations excluded.
 
-  Kept apart from the metrics window (lra.train.Book.window_steps): that one spans a resume and
-  the steps before an evaluation, and dividing its step count by a clock restarted there
+  Kept apart from the metrics window (lra.training.train.Book.window_steps): that one spans a
+  resume and the steps before an evaluation, and dividing its step count by a clock restarted there
   overstated the rate (by 5x in the window after an evaluation that fell 10 steps into a 50-step
   window).
   """

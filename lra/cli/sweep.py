@@ -1,0 +1,142 @@
+"""`lra sweep`: the `lra run` command of every (task, mixer, seed): printed, run, or a Slurm array.
+
+A run's state comes from its directory: complete (skipped), diverged (skipped: rerunning resumes
+into the same divergence), partial (its command resumes from the latest checkpoint) or new. A
+pending run whose data is not prepared is named in a warning before anything is emitted or run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lra import errors
+from lra.cli.slurm import STOP_BEFORE_LIMIT_S, slurm_script  # noqa: F401 (lra.cli.sweep's API)
+from lra.runs.config_loading import (data_cache_dir, default_data_dir, default_run_dir,
+                                     missing_data, resolve_config, unused_overrides)
+
+
+# Words --mixers takes for groups of mixers (lra.cli's help says what each means).
+MIXER_GROUPS = ("builtin", "all")
+
+
+def expand_mixers(mixers: Sequence[str]) -> list[str]:
+  """The MIXER arguments with the groups replaced by the mixers they name, in `lra list`'s order:
+  `builtin` every mixer of the suite, `all` those and every mixer an installed package registers
+  (lra.mixers entry points). A mixer named twice runs once."""
+  groups = {}
+  if set(MIXER_GROUPS) & set(mixers):
+    from lra.models.mixers import MIXERS, entry_points  # pylint: disable=import-outside-toplevel
+    groups = {"builtin": list(MIXERS), "all": [*MIXERS, *entry_points()]}
+  return list(dict.fromkeys(m for mixer in mixers for m in groups.get(mixer, [mixer])))
+
+
+@dataclass(frozen=True)
+class Job:
+  task: str
+  mixer: str
+  seed: int
+  run_dir: Path
+  state: str  # new | partial | complete | diverged
+  argv: tuple[str, ...]  # arguments after `lra`
+  mixer_key: str = ""  # the name its config block has (an outside mixer's class name)
+  data_missing: str | None = None  # how to make its data, when it is not prepared
+
+  @property
+  def pending(self) -> bool:
+    return self.state in ("new", "partial")
+
+  def command(self) -> str:
+    return shlex.join(("lra", *self.argv))
+
+
+def run_state(run_dir: Path) -> str:
+  """new | partial | complete | diverged, from what the run directory holds."""
+  final = Path(run_dir) / "final.json"
+  if final.exists():
+    status = json.loads(final.read_text()).get("status")
+    if status in ("complete", "diverged"):
+      return status
+    return "partial"
+  return "partial" if (Path(run_dir) / "checkpoints").exists() else "new"
+
+
+def plan(tasks: Sequence[str], mixers: Sequence[str], seeds: Sequence[int], *, preset: str,
+         results_dir: Path, data_dir: Path | None = None,
+         overrides: Sequence[str] = ()) -> list[Job]:
+  """Every (task, mixer, seed) in that order, with its run dir (lra run's default) and state;
+  `mixers` may name groups (`builtin`, `all`: expand_mixers)."""
+  mixers = expand_mixers(mixers)
+  if any(o.split("=")[0].strip() == "train.seed" for o in overrides):
+    raise errors.BadValue("lra sweep sets train.seed from --seeds; drop --config.train.seed=... "
+                          "and pass --seeds 0 1 2 instead.")
+  jobs = []
+  for task in tasks:
+    for mixer in mixers:
+      for seed in seeds:
+        settings = [f"train.seed={seed}", *overrides]
+        config = resolve_config(task, mixer, preset, settings)
+        run_dir = default_run_dir(config, results_dir)
+        argv = ["run", task, mixer, "--preset", preset, "--results-dir", str(results_dir)]
+        if data_dir is not None:
+          argv += ["--data-dir", str(data_dir)]
+        argv += [f"--config.{o}" for o in settings]
+        hint = missing_data(config, data_dir)
+        missing = hint and (f"no prepared data at "
+                            f"{data_cache_dir(config, data_dir or default_data_dir())}: {hint}")
+        jobs.append(Job(task, mixer, seed, run_dir, run_state(run_dir), tuple(argv),
+                        config.model.mixer, missing))
+  return jobs
+
+
+def run_jobs(jobs: Sequence[Job], python: str = sys.executable) -> list[Job]:
+  """Runs the pending jobs one after another in fresh processes; returns the ones that failed."""
+  failed = []
+  for job in (j for j in jobs if j.pending):
+    print(f"lra sweep: {job.command()}  [{job.state}]", file=sys.stderr, flush=True)
+    if subprocess.run([python, "-m", "lra", *job.argv]).returncode != 0:
+      failed.append(job)
+  return failed
+
+
+def main(args: argparse.Namespace, overrides: Sequence[str]) -> int:
+  """The `lra sweep` subcommand (flags in lra.cli)."""
+  jobs = plan(args.tasks, args.mixers, args.seeds, preset=args.preset,
+              results_dir=args.results_dir, data_dir=args.data_dir, overrides=overrides)
+  pending = [j for j in jobs if j.pending]
+  summary = ", ".join(f"{sum(j.state == s for j in jobs)} {s}"
+                      for s in ("new", "partial", "complete", "diverged"))
+  print(f"lra sweep: {len(jobs)} runs ({summary})", file=sys.stderr)
+  for job in jobs:
+    if not job.pending:
+      print(f"# skip {job.run_dir} ({job.state}; delete it to run again)", file=sys.stderr)
+  for item in unused_overrides({j.mixer_key for j in jobs}, overrides):
+    print(f"lra sweep: warning: --config.{item}: no mixer of this sweep reads it",
+          file=sys.stderr)
+  for job in pending:
+    if job.data_missing:
+      print(f"lra sweep: warning: {job.task} x {job.mixer} seed {job.seed} would stop at once: "
+            f"{job.data_missing}", file=sys.stderr)
+  if args.emit == "slurm":
+    if not pending:
+      print("lra sweep: nothing to run, no script written", file=sys.stderr)
+      return 0
+    activate = None if str(args.env_activate) == "none" else args.env_activate
+    args.out.write_text(slurm_script(jobs, args.sbatch, "python" if activate else sys.executable,
+                                     time=args.time, env_activate=activate))
+    print(f"wrote {args.out}: sbatch {args.out}  ({len(pending)} array tasks)")
+    return 0
+  if args.run:
+    failed = run_jobs(jobs)
+    for job in failed:
+      print(f"lra sweep: failed: {job.command()}", file=sys.stderr)
+    print("lra sweep: done; `lra table` rebuilds the tables", file=sys.stderr)
+    return 1 if failed else 0
+  for job in pending:
+    print(job.command() + ("  # resumes" if job.state == "partial" else ""))
+  return 0

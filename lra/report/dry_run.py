@@ -1,0 +1,275 @@
+"""`lra run TASK MIXER --dry-run`: the resolved config with where each value comes from, the
+data and run folders the run would use, and what it costs where a speed of the same config is
+known. Nothing is trained, generated or written.
+
+A cost comes from a measurement of the same program (the same task, mixer, preset and departures
+from it; any seed): runs of it (the repository's committed runs and yours: their steps/s, and the
+wall time of complete ones), `lra bench --epoch` records (results/bench/*.json and
+RESULTS_DIR/bench/*.json) of its batching, and the ledger of paper rows (results/ledger.json:
+measured or estimated GPU speeds, each with its source).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import statistics
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+
+from lra.runs import run_identity
+from lra.runs.config_loading import (data_cache_dir, default_data_dir, default_run_dir, mixer_label,
+                                     missing_data, preset_reference, resolve_config)
+from lra.configs import common
+
+DEFAULT, PRESET, COMMAND_LINE = "default", "preset", "command line"
+# What the command's own words choose (TASK, MIXER, --preset), not a setting.
+NAMED_BY_COMMAND = ("task", "preset", "model.mixer")
+
+
+@contextlib.contextmanager
+def _base_configs(found: list[dict[str, Any]]) -> Iterator[None]:
+  """Records what `common.base_config` returns while a task's get_config runs: the defaults,
+  before the task's preset changes them. Task files call it as `common.base_config`."""
+  original = common.base_config
+
+  def recording(*args, **kwargs):
+    config = original(*args, **kwargs)
+    found.append(run_identity.flatten(config.to_dict()))
+    return config
+  common.base_config = recording
+  try:
+    yield
+  finally:
+    common.base_config = original
+
+
+def sources(task: str, mixer: str, preset: str,
+            overrides: Sequence[str] = ()) -> list[tuple[str, Any, str]]:
+  """(key, value, source) for every key of the run's config, other mixers' blocks left out.
+
+  source: "default" (configs/common.py:base_config), "preset" (the task's preset changed it) or
+  "command line" (a --config override, or TASK / MIXER / --preset themselves).
+  """
+  config = resolve_config(task, mixer, preset, overrides)
+  base: list[dict[str, Any]] = []
+  with _base_configs(base):
+    preset_config = run_identity.flatten(resolve_config(task, mixer, preset).to_dict())
+  defaults = base[0] if base else {}
+  flat = run_identity.flatten(config.to_dict())
+  own = f"mixers.{config.model.mixer}."
+  rows = []
+  for key, value in sorted(flat.items()):
+    if key.startswith("mixers.") and not key.startswith(own):
+      continue  # other mixers' settings are not part of this run
+    named = key in NAMED_BY_COMMAND or key.startswith("mixer_source.")
+    if named or preset_config.get(key) != value:
+      source = COMMAND_LINE
+    elif key in defaults and defaults[key] != value:
+      source = PRESET
+    elif key not in defaults and not key.startswith(own):  # a block the preset filled in
+      source = PRESET
+    else:
+      source = DEFAULT
+    rows.append((key, value, source))
+  return rows
+
+
+def _run_folder_state(run_dir: Path) -> str:
+  final = run_dir / "final.json"
+  if final.exists():
+    try:
+      record = json.loads(final.read_text())
+      return f"exists, {record.get('status')} at step {record.get('step')}: `lra run` " + (
+          "skips it" if record.get("status") == "complete" else "resumes it")
+    except (OSError, ValueError):
+      return "exists, final.json unreadable"
+  return "exists, no final.json yet" if run_dir.exists() else "new"
+
+
+def _duration(seconds: float) -> str:
+  minutes = seconds / 60
+  if minutes < 1:
+    return f"{seconds:.0f} s"
+  return f"{minutes:.0f} min" if minutes < 90 else f"{minutes / 60:.1f} h"
+
+
+def _program(config: Any) -> tuple[str, str, str]:
+  """(task, mixer label, fingerprint of preset and departures): equal for any seed of one
+  program, as the tables group runs (lra.report.results.load_runs' config_id)."""
+  plain = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config
+  mixer = mixer_label(ml_collections.ConfigDict(plain))
+  return (plain["task"], mixer,
+          run_identity.config_fingerprint(plain, preset_reference(plain)))
+
+
+def _shown(path: Path) -> str:
+  """A record's path as the repository names it (results/ledger.json), else as found."""
+  try:
+    return Path(path).resolve().relative_to(Path(__file__).resolve().parents[2]).as_posix()
+  except ValueError:
+    return str(path)
+
+
+def _device(device: Any, cores: Any) -> str:
+  cpu = str(device).startswith("cpu") and cores and cores == cores  # NaN: not recorded
+  return str(device) + (f" ({int(cores)} core{'s' if cores > 1 else ''})" if cpu else "")
+
+
+def _from_runs(config: ml_collections.ConfigDict, folders: Sequence[tuple[str, Path]]) -> list[str]:
+  """One line per (folder, device) holding runs of this program: complete runs' median wall
+  time (evaluations included), else training time at the median steps/s."""
+  from lra.report import results  # pandas: only when a dry run asks for costs
+  program, steps = _program(config), config.train.num_steps
+  lines = []
+  for who, folder in folders:
+    if not (folder / "runs").is_dir():
+      continue
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", results.RunFileWarning)
+      runs = results.load_runs(folder)
+    runs = runs[(runs["task"] == program[0]) & (runs["mixer"] == program[1])
+                & (runs["config_id"] == program[2])]
+    for device, group in runs.groupby(runs["device"].fillna("?"), sort=True):
+      rates = [r for r in group["steps_per_s"] if r and r == r]  # NaN: no log window yet
+      if not rates:
+        continue
+      rate = statistics.median(rates)
+      complete = group[(group["status"] == "complete") & (group["num_steps"] == steps)]
+      walls = [w for w in complete["wall_time_s"] if w and w == w]
+      cores = group["cpu_cores"].dropna().max() if "cpu_cores" in group else None
+      where = ", ".join(group["run_dir"].head(3)) + (", ..." if len(group) > 3 else "")
+      cost = (f"~{_duration(statistics.median(walls))} with evaluations" if walls else
+              f"~{_duration(steps / rate)} of training, evaluations not counted")
+      runs_of = f"{len(group)} run{'s' if len(group) > 1 else ''} of this config"
+      lines.append(f"{_device(device, cores)}: {cost}, {rate:.2f} steps/s: {runs_of} in {who} "
+                   f"({where}{'; the median' if len(group) > 1 else ''})")
+  return lines
+
+
+def _from_bench(config: ml_collections.ConfigDict, folders: Sequence[Path]) -> list[str]:
+  """One line per `lra bench --epoch` record of this program and its batching."""
+  program, steps = _program(config), config.train.num_steps
+  batching = {"padding": config.data.padding, "quantum": config.data.pad_quantum,
+              "bucketing": config.data.bucketing,
+              "micro_batches": config.train.grad_accum_steps}
+  lines = []
+  for path in sorted({p for folder in folders for p in folder.glob("bench/*.json")}):
+    try:
+      records = json.loads(path.read_text())
+    except (OSError, ValueError):
+      continue
+    for record in records if isinstance(records, list) else []:
+      setup = record.get("setup") if isinstance(record, dict) else None
+      if not isinstance(setup, dict) or "modes" not in record:
+        continue
+      try:
+        same = _program(resolve_config(setup["task"], setup["mixer"], setup["preset"],
+                                       setup.get("overrides", []))) == program
+      except (KeyError, ValueError):
+        continue
+      for mode in record["modes"] if same else ():
+        # Records written before micro-batches were recorded ran one per step.
+        recorded = {"micro_batches": 1, **(mode.get("batching") or {})}
+        if recorded == batching and mode.get("epoch_s") and mode.get("steps"):
+          rate = mode["steps"] / mode["epoch_s"]
+          lines.append(f"{_device(setup.get('device'), setup.get('cpu_cores'))}: "
+                       f"~{_duration(steps / rate)} of training, evaluations not counted, "
+                       f"{rate:.2f} steps/s: `lra bench --epoch` record {_shown(path)} "
+                       f"({mode['mode']} batching)")
+  return lines
+
+
+LEDGER_DEVICES = {"h200": "NVIDIA H200", "h100": "NVIDIA H100"}
+
+
+def _from_ledger(config: ml_collections.ConfigDict, path: Path | None) -> list[str]:
+  """One line per GPU kind of the ledger's rows of this program (one row: seeds share it)."""
+  if path is None or not path.is_file():
+    return []
+  from lra import cli  # pylint: disable=import-outside-toplevel
+  from lra.report import ledger
+  program, steps = _program(config), config.train.num_steps
+  for row in ledger.load(path):
+    if _program(cli.run_config(ledger.run_args(row))) != program:
+      continue
+    lines = []
+    for kind, cost in row["cost"].items():
+      if cost and cost.get("steps_per_s"):
+        rate, evals = cost["steps_per_s"], cost.get("eval_s", 0.0)
+        lines.append(f"{LEDGER_DEVICES.get(kind, kind)}: ~{_duration(steps / rate + evals)} "
+                     f"({_duration(steps / rate)} of training at {rate:g} steps/s, "
+                     f"{_duration(evals)} of evaluations): {cost['source']} ({_shown(path)}, "
+                     f"row {row['id']})")
+    return lines
+  return []
+
+
+def costs(config: ml_collections.ConfigDict, overrides: Sequence[str],
+          results_dir: Path) -> list[str]:
+  """The dry run's cost lines: every known speed of this program, each with its device and
+  source, then what measures one where none is known."""
+  from lra.report import results  # pylint: disable=import-outside-toplevel
+  committed = results.committed_results_dir()
+  run_folders = [("your results", Path(results_dir))] + (
+      [("the repository's committed results", committed)] if committed else [])
+  found = [*_from_runs(config, run_folders),
+           *_from_bench(config, [folder for _, folder in run_folders]),
+           *_from_ledger(config, committed / "ledger.json" if committed else None)]
+  bench = shlex.join(["lra", "bench", "--epoch", config.task, "--preset", config.preset,
+                      "--mixers", config.get("mixer_source", {}).get("spec") or config.model.mixer,
+                      *(f"--config.{o}" for o in overrides)])
+  head = f"cost of its {config.train.num_steps:,} steps of batch {config.train.batch_size}"
+  hint = (f"`{bench}` times an epoch on this machine, and a run's progress line gives its ETA "
+          "within its first 10 s of training")
+  if not found:
+    return [f"{head}: no measured speed of this config on any device; {hint}."]
+  return [f"{head}, from the speeds known for the same config (any seed):",
+          *(f"  {line}" for line in found),
+          f"  any other device: no measured speed; {hint}."]
+
+
+def batching_line(config: ml_collections.ConfigDict) -> str:
+  """What the run's training steps and evaluations take: its padding and micro-batches."""
+  d, b, k = config.data, config.train.batch_size, config.train.grad_accum_steps
+  rows = f"{k} micro-batches of {b // k} rows and one update" if k > 1 else "one piece"
+  if d.padding == "sorted":
+    return (f"batching: each batch of {b} as the protocol draws it, its rows sorted by length in "
+            f"{rows}, each padded to its own longest rounded up to {d.pad_quantum} (the same "
+            "update as the whole batch); evaluation in length order, each batch padded so")
+  what = ("padded to the task's length" if d.padding == "fixed" else
+          f"padded to its longest example rounded up to {d.pad_quantum}")
+  drawn = " from length buckets" if d.bucketing else ""
+  return f"batching: each batch of {b}{drawn} {what}, in {rows}"
+
+
+def describe(task: str, mixer: str, preset: str, overrides: Sequence[str] = (), *,
+             results_dir: Path, run_dir: Path | None = None,
+             data_dir: Path | None = None) -> str:
+  """The dry run's text: run folder, data cache, then `key = value  source` per line."""
+  config = resolve_config(task, mixer, preset, overrides)
+  run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir)
+  cache = data_cache_dir(config, data_dir or default_data_dir())
+  missing = missing_data(config, data_dir)
+  if (cache / "meta.json").exists():
+    data = "prepared"
+  elif missing is None:
+    data = "missing: the run generates it first (seeded, no download)"
+  else:
+    data = "missing. " + missing
+  rows = sources(task, mixer, preset, overrides)
+  width = max(len(f"{k} = {v!r}") for k, v, _ in rows)
+  lines = [f"{task} x {config.model.mixer} (preset {preset}): dry run, nothing is trained or "
+           "written.",
+           f"run folder: {run_dir} ({_run_folder_state(run_dir)})",
+           f"data: {cache} ({data})",
+           batching_line(config),
+           *costs(config, overrides, results_dir),
+           f"config ({sum(s != DEFAULT for _, _, s in rows)} of {len(rows)} values set by the "
+           "preset or the command line):"]
+  lines += [f"  {f'{k} = {v!r}':<{width}}  {s}" for k, v, s in rows]
+  return "\n".join(lines)

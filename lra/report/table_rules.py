@@ -1,0 +1,36 @@
+"""What the rows of `lra table` mean, shared by the rows (lra.report.tables) and their Markdown
+(lra.report.table_markdown): the LRA tasks, the three statistics, the chance margin and the preset
+groups.
+"""
+from __future__ import annotations
+
+from lra.configs.common import CPU_PRESETS  # the one list of CPU presets, re-exported here
+
+LRA_TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+AVG_TASKS = LRA_TASKS[:5]  # the LRA average leaves Path-X out (every baseline FAILs it)
+TASK_TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",
+               "pathfinder": "Pathfinder", "pathx": "Path-X", "avg": "Avg"}
+# Preset groups, each its own table section: the papers' protocols (Δ to the published rows),
+# the LRA task at full length with small models on a CPU (published numbers beside, no Δ: other
+# models), and the small sanity-check presets.
+PROTOCOL_PRESETS = ("paper", "lra", "published")
+# Whose experiment a row is: the folder's own runs, the repository's committed runs shown beside a
+# user's (each summarised apart, so a committed seed never enters a user's mean), or a paper's.
+OURS, COMMITTED, PUBLISHED = "ours", "committed", "published"
+RUN_SOURCES = (OURS, COMMITTED)
+# statistic name -> (the column holding ours, what it is)
+STATISTICS = {
+    "best_test": ("best_test_accuracy", "best test accuracy over evaluations (the Latte papers' "
+                  "statistic)"),
+    "last": ("test_accuracy_last", "test accuracy after the last step (the LRA code's statistic)"),
+    "best_val": ("test_accuracy", "test accuracy at the best validation step (the model chosen "
+                 "without the test set)"),
+}
+CHANCE_MARGIN = 1.0  # points: a mean this close to chance/majority has not learned the task
+
+
+def group(preset: str) -> str:
+  """"protocol", "cpu" or "small": the table section a preset's runs belong to."""
+  preset = preset.split(" ")[0]
+  return ("protocol" if preset in PROTOCOL_PRESETS else "cpu" if preset in CPU_PRESETS
+          else "small")
