@@ -2,7 +2,8 @@
 
 A user's mistake (a bad name, a missing file, a damaged archive) or their machine's (a full disk,
 a lost host) is one `lra: error:` line with the fix and exit code 2; anything else is a bug in the
-suite, and `lra` keeps its traceback (lra/cli.py:main, docs/troubleshooting.md#mistakes-and-bugs).
+suite, and `lra` keeps its traceback (lra/cli/entry.py:main,
+docs/troubleshooting.md#mistakes-and-bugs).
 
 The one module of `lra/` that `lra.tasks`, `lra.models` and `lra.configs` import, because each of
 them refuses a user's input: it imports nothing, so the layers above it stay one-directional.

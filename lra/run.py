@@ -14,35 +14,11 @@ from lra import errors
 from lra.machine import stop_after
 from lra.runs import loggers, run_identity, run_lock
 from lra.training import train
-from lra.runs.config_loading import (data_cache_dir, default_data_dir,  # noqa: F401 (lra.run's API)
-                                default_run_dir, reference_config, resolve_config)
+# load_data, default_data_dir and resolve_config: the library's entry points (docs/library.md).
+from lra.runs.config_loading import (data_cache_dir, default_data_dir, default_run_dir,  # noqa: F401
+                                     load_data, reference_config, resolve_config)
 from lra.machine.memory import OutOfMemoryError
-from lra.tasks import get_task
 from lra.tasks.contract import progress as data_progress
-from lra.tasks.contract.cache import CacheDamagedError, DataMissingError, PreparedData
-
-
-def load_data(config: ml_collections.ConfigDict, data_dir: Path,
-              log=lambda msg: print(msg, file=sys.stderr)) -> PreparedData:
-  """The prepared cache for this config, checked; small presets (re)generate theirs when it is
-  missing or damaged. Both the raw files and the cache are replaced whole, so a run killed while
-  generating leaves nothing half-written for the next one to trip on."""
-  task = get_task(config.task)
-  cache_dir = data_cache_dir(config, data_dir)
-  try:
-    return PreparedData(cache_dir, hint=task.data_hint)
-  except (DataMissingError, CacheDamagedError) as problem:
-    if not (config.data.generate and task.generate_small):
-      raise
-    if isinstance(problem, CacheDamagedError):
-      log(f"{config.task}: {problem.path.name} in {cache_dir} is damaged ({problem.problem}); "
-          "generating the data again")
-  raw_dir = cache_dir.with_name(cache_dir.name + "_raw")
-  log(f"{config.task}: generating {config.preset} data in {raw_dir} (seeded, no download)")
-  # The generator says where in raw_dir its output lies (a Pathfinder difficulty's folder, say).
-  options = task.generate_small(raw_dir, **config.data.generator.to_dict()) or {}
-  task.prepare_cache(raw_dir, cache_dir, **options)
-  return PreparedData(cache_dir, hint=task.data_hint)
 
 
 def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str] = (),

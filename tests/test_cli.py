@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from lra.cli import build_parser, main
+from lra.cli import main
+from lra.cli.entry import build_parser
 
 
 def test_list_shows_all_tasks_mixers_and_presets(capsys):
@@ -26,7 +27,7 @@ def test_list_and_the_mixers_page_say_where_defaults_differ_from_the_lra_rows(ca
   setting, in `lra list` and in docs/mixers.md; Longformer and BigBird run the row's settings."""
   from pathlib import Path
 
-  from lra.cli.data import lra_row_departures
+  from lra.cli.listing import lra_row_departures
   departures = lra_row_departures()
   assert departures["longformer"] == departures["bigbird"] == []
   assert "attend_across_buckets=False (LRA: True)" in departures["reformer"]
@@ -223,35 +224,34 @@ def test_bare_demo_trains_under_results_local(tmp_path, capsys, monkeypatch):
     ["run", "listops", "latte"],
     ["sweep", "--tasks", "listops", "--mixers", "latte"],
 ])
-def test_flags_before_the_subcommand_are_not_overwritten(argv):
-  """`lra --data-dir D data prepare ...` once wrote to ~/.cache/lra: the subcommand's own
-  default replaced the top-level flag. Either position must work, the later one winning."""
+def test_the_demos_options_before_a_command_are_refused_not_passed_on(argv, capsys):
+  """`lra --data-dir D data prepare ...` once wrote to ~/.cache/lra: the subcommand's own default
+  replaced the top-level flag. The top level's options are the demo's alone now: before a command
+  they are refused in one line that says where they go; after it, they are the command's."""
   from pathlib import Path
 
+  assert main(["--data-dir", "/top", *argv]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and f"--data-dir before `{argv[0]}`" in err
+  assert f"lra {argv[0]} ... --data-dir VALUE" in err
   parser = build_parser()
-  before = parser.parse_args(["--data-dir", "/top", "--preset", "demo", *argv])
-  assert before.data_dir == Path("/top") and before.preset == "demo"
-  after = parser.parse_args(["--data-dir", "/top", *argv, "--data-dir", "/sub"])
-  assert after.data_dir == Path("/sub")
-  assert parser.parse_args(argv).data_dir is None and parser.parse_args(argv).preset == "paper"
+  assert parser.parse_args([*argv, "--data-dir", "/sub"]).data_dir == Path("/sub")
+  assert parser.parse_args(argv).data_dir is None
 
 
-def test_every_subcommand_default_survives_the_top_level_flags():
+def test_every_subcommand_default_is_its_own():
   """The generators' --seed (default 0) once parsed as None, the top level's (a run's) default:
-  ListOps came out unseeded, different on each machine, and Pathfinder failed. A subcommand flag
-  shared with the top level now needs the same default, or building the parser fails."""
+  ListOps came out unseeded, different on each machine, and Pathfinder failed. No command shares
+  an option with the top level now, so each default holds; a top-level --seed before a command is
+  refused."""
   parser = build_parser()
   for generator in ("listops", "pathfinder"):
     assert parser.parse_args(["data", "generate", generator, "--out", "o"]).generator_seed == 0
-    assert parser.parse_args(["--seed", "5", "data", "generate", generator, "--out", "o",
+    assert parser.parse_args(["data", "generate", generator, "--out", "o",
                               "--seed", "2"]).generator_seed == 2
-
-  from lra import cli
-  top = argparse.ArgumentParser(prog="lra")
-  top.add_argument("--seed", type=int)
-  top.add_subparsers().add_parser("gen").add_argument("--seed", type=int, default=7)
-  with pytest.raises(AssertionError, match="default 7 would be replaced by the top level's None"):
-    cli._let_global_flags_through(top)  # pylint: disable=protected-access
+    assert main(["--seed", "5", "data", "generate", generator, "--out", "o"]) == 2
+  assert parser.parse_args(["run", "listops", "latte"]).preset == "paper"
+  assert parser.parse_args([]).demo_preset is None  # the demo's, named apart
 
 
 def test_generators_are_seeded_without_a_seed_flag(tmp_path):

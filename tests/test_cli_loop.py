@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from lra.report import run_summary
-from lra.cli import main, split_overrides
+from lra.cli import main
+from lra.runs.command import split_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 PLACEHOLDERS = re.compile(r"n/a|-1\b|-100\.00%|\b0\.0 steps/s|None")
@@ -54,8 +55,11 @@ def test_bare_lra_runs_the_demo_or_the_smoke_preset(capsys):
   for preset in ("demo", "smoke"):
     assert main(["--preset", preset, "--dry-run"]) == 0
     assert f"listops x latte (preset {preset})" in capsys.readouterr().out
-  # The top level's --preset still reaches a subcommand after it.
-  assert main(["--preset", "laptop", "run", "listops", "latte", "--dry-run"]) == 0
+  # The top level's --preset is the demo's: before a command it is refused, after it it is the
+  # command's.
+  assert main(["--preset", "laptop", "run", "listops", "latte", "--dry-run"]) == 2
+  assert "--preset before `run`" in capsys.readouterr().err
+  assert main(["run", "listops", "latte", "--preset", "laptop", "--dry-run"]) == 0
   assert "(preset laptop)" in capsys.readouterr().out
 
 
@@ -262,7 +266,7 @@ def test_table_committed_and_check_say_what_they_did(tmp_path, capsys, monkeypat
 def test_sweep_help_describes_every_option(capsys):
   import argparse
 
-  from lra.cli import build_parser
+  from lra.cli.entry import build_parser
   parser = build_parser()
   commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
   options = [a for a in commands.choices["sweep"]._actions if a.option_strings]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from lra import cli
+from lra.runs.command import run_config
 from lra.report import ledger, run_summary
 from lra.runs.config_loading import default_run_dir
 
@@ -15,7 +15,7 @@ ROWS = ledger.load(ROOT / "results" / "ledger.json")
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r["id"])
 def test_each_row_is_the_run_its_command_makes(row):
-  config = cli.run_config(ledger.run_args(row))
+  config = run_config(ledger.run_args(row))
   # The folder `lra run` picks for this command today is the ledger's: a changed preset default
   # (PAPER_DROPOUT_BITS, say) must come with rows in progress pinning their value.
   assert default_run_dir(config, Path("R")).as_posix() == f"R/{row['run']}"

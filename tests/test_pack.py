@@ -133,7 +133,7 @@ def test_the_resume_command_rebuilds_the_run_from_its_config(tmp_path, monkeypat
   """Task, own mixer by its spec, preset, seed and departures: the command resolves to the very
   config it was rebuilt from; with the mixer's file not (yet) in place, every setting of its
   block is named, which resolves to the same."""
-  from lra.cli import run_config
+  from lra.runs.command import run_config
   from lra.runs.config_loading import resolve_config
   monkeypatch.chdir(tmp_path)
   (tmp_path / "my_layers").mkdir()

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lra import cli
+from lra.runs.command import run_config
 from lra.runs import pack
 from lra.runs.run_identity import flatten
 
@@ -25,7 +25,7 @@ def test_each_listed_command_is_what_its_committed_run_ran(run):
   saved_path = study.OUT / run.name / "config.json"
   assert saved_path.exists(), f"{run.name} is listed but has no committed run folder"
   saved = json.loads(saved_path.read_text())
-  resolved = cli.run_config(run.command()[1:]).to_dict()
+  resolved = run_config(run.command()[1:]).to_dict()
   # The run's own mixer and every shared section; other mixers' defaults may have moved since
   # (no run of this one reads them), and keys added since are absent from the saved file.
   def read(config: dict) -> dict:
@@ -87,7 +87,7 @@ def test_run_pins_a_core_and_passes_stop_after(monkeypatch):
   assert command[:3] == ["taskset", "-c", "1"] and command[3:-2] == study.STUDY[0].command()
   assert command[-2:] == ["--stop-after", "600"]
   # `--stop-after` is a run option, not a config override: `lra run` accepts it.
-  assert cli.run_config(command[4:]).train.num_steps == 6000
+  assert run_config(command[4:]).train.num_steps == 6000
 
 
 def test_an_override_of_an_eval_setting_replaces_it_once():
@@ -96,7 +96,7 @@ def test_an_override_of_an_eval_setting_replaces_it_once():
   command = run.command()
   assert command.count("--config.eval.every_steps=1000") == 1
   assert not any(arg.startswith("--config.eval.every_steps=500") for arg in command)
-  config = cli.run_config(command[1:])
+  config = run_config(command[1:])
   assert (config.eval.every_steps, config.eval.max_examples) == (1000, 2000)
   assert config.data.generator.difficulty == "easy"
 
@@ -104,7 +104,7 @@ def test_an_override_of_an_eval_setting_replaces_it_once():
 def test_a_fitting_screen_trains_600_steps_on_600_easy_images():
   screens = [run for run in study.STUDY if run.fit]
   assert screens and all(run.difficulty == "easy" for run in screens)
-  config = cli.run_config(screens[0].command()[1:])
+  config = run_config(screens[0].command()[1:])
   assert (config.data.generator.num_images, config.train.num_steps) == (600, 600)
   assert config.train.warmup_steps == 60 and config.eval.every_steps == 200
   assert not any(run.fit for run in study.STUDY if run.name.startswith(("easy_", "hard_")))
@@ -115,7 +115,7 @@ def test_square_token_runs_are_told_apart_from_pixel_runs():
   squares = [run for run in study.STUDY if run.patch > 1]
   assert squares
   for run in (*squares, study.STUDY[0]):
-    assert cli.run_config(run.command()[1:]).model.patch == run.patch
+    assert run_config(run.command()[1:]).model.patch == run.patch
 
 
 def test_run_unpacks_an_archive_split_into_parts(tmp_path, monkeypatch, capsys):
@@ -128,7 +128,7 @@ def test_run_unpacks_an_archive_split_into_parts(tmp_path, monkeypatch, capsys):
   state.mkdir(parents=True)
   (state / "array").write_bytes(np.random.default_rng(0).bytes(50_000))
   carried = study.StudyRun("carried", "latte", "?")
-  (folder / "config.json").write_text(json.dumps(cli.run_config(carried.command()[1:]).to_dict()))
+  (folder / "config.json").write_text(json.dumps(run_config(carried.command()[1:]).to_dict()))
   (folder / "final.json").write_text(json.dumps({"status": "interrupted", "step": 7,
                                                  "num_steps": 20}))
   monkeypatch.setattr(pack, "PART_BYTES", 20_000)

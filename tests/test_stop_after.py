@@ -99,7 +99,7 @@ def test_a_start_up_that_leaves_no_room_stops_before_the_first_step():
 def test_the_command_counts_from_its_process_start():
   # Python, its imports and whatever ran before lra.cli count against the limit, as they do
   # against a scheduler's; a caller passing its own arguments to lra.cli.main counts from there.
-  code = ("import time; time.sleep(1.5); from lra import stop_after; "
+  code = ("import time; time.sleep(1.5); from lra.machine import stop_after; "
           "print(stop_after._clock() - stop_after.STARTED)")
   counted = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                  check=True).stdout)

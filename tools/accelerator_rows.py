@@ -248,10 +248,10 @@ def place_state(session: Session, row: dict[str, Any]) -> dict[str, Any]:
 def warm_up(row_args: list[str], spec: dict[str, Any]) -> None:
   """Compiles the row's train and eval steps as `lra run` will (train.check_fits), filling the
   persistent compilation cache that the run then reads (child process; no data needed)."""
-  from lra import cli
+  from lra.runs.command import run_config
   from lra.training import train
   from lra.tasks.contract.spec import TaskSpec
-  config = cli.run_config(row_args)
+  config = run_config(row_args)
   spec = TaskSpec(**spec)
   s = train.setup(config, spec)
   train.check_fits(config, s, train.init_state(s, spec, config.train.seed), spec)

@@ -27,13 +27,13 @@ CALIBRATION = "listops-latte-paper-seed0"  # the row measured on the H200
 
 def step_costs(rows: list[dict]) -> dict[str, dict]:
   """XLA's costs of each distinct row's train step, by row id (seeds share their program)."""
-  from lra import cli
+  from lra.runs.command import run_config
   from lra.report import ledger
   from lra.tasks.contract.spec import TaskSpec
   done: dict[str, dict] = {}
   by_program: dict[str, dict] = {}
   for row in rows:
-    config = cli.run_config(ledger.run_args(row))
+    config = run_config(ledger.run_args(row))
     program = json.dumps({**config.to_dict(), "train": {**config.train.to_dict(), "seed": 0}},
                          sort_keys=True)
     if program not in by_program:

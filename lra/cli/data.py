@@ -1,4 +1,5 @@
-"""`lra list` and `lra data generate|prepare|inspect|verify`."""
+"""`lra data generate|prepare|inspect|verify`: LRA-format files made here, the prepared cache and
+what the model sees of it."""
 from __future__ import annotations
 
 import argparse
@@ -10,78 +11,98 @@ from pathlib import Path
 import numpy as np
 
 from lra import errors
-from lra.configs.common import CPU_PRESETS, OWN_ARCHITECTURE_PRESETS, PRESETS, PUBLISHED_PRESETS
-from lra.run import default_data_dir
-from lra.models.mixers import MIXERS, describe, entry_points
-from lra.tasks import TASKS, get_task
+from lra.cli.common import add_command
+from lra.runs.config_loading import default_data_dir
+from lra.tasks import get_task
 from lra.tasks.contract.cache import PreparedData, rebuild_command
 
 
-def print_list() -> None:
-  print("Tasks:")
-  for name, task in TASKS.items():
-    print(f"  {name:<16} {task.description}")
-  print("Mixers:")
-  departures = lra_row_departures()
-  for name in MIXERS:
-    print(f"  {name:<16} {describe(name)}")
-    if departures.get(name):
-      print(f"  {'':<16} defaults differ from its LRA row (--preset lra runs the row's): "
-            f"{', '.join(departures[name])}")
-  for name, ep in entry_points().items():  # installed packages' mixers (lra.mixers)
-    print(f"  {name:<16} {ep.value} (installed{f' from {ep.dist.name}' if ep.dist else ''})")
-  print("Presets (lra run TASK MIXER --preset P; --dry-run shows what one sets):")
-  for preset in PRESETS + CPU_PRESETS + PUBLISHED_PRESETS:
-    print(f"  {preset:<16} {PRESET_DESCRIPTIONS[preset]} [{', '.join(_tasks_with(preset))}]")
+def add_parser(commands) -> None:
+  data = add_command(commands, "data", "generate, prepare and inspect data")
+  data.set_defaults(handler=main)
+  data_sub = data.add_subparsers(dest="data_command", required=True)
+  gen = add_command(data_sub, "generate", "write LRA-format files (no download)")
+  gen_sub = gen.add_subparsers(dest="generator", required=True)
+  listops = add_command(
+      gen_sub, "listops", "basic_{train,val,test}.tsv like the release",
+      description="ListOps as LRA's generator makes it (its code's data/listops.py, seeded here): "
+      "each default is LRA's; docs/data.md describes the trees.")
+  listops.add_argument("--out", type=Path, required=True,
+                       help="the folder for basic_{train,val,test}.tsv (then `lra data prepare "
+                       "listops --source OUT`)")
+  listops.add_argument("--num-train", type=int, default=96_000,
+                       help="training expressions (default %(default)s, LRA's)")
+  listops.add_argument("--num-val", type=int, default=2_000,
+                       help="validation expressions (default %(default)s, LRA's)")
+  listops.add_argument("--num-test", type=int, default=2_000,
+                       help="test expressions (default %(default)s, LRA's)")
+  listops.add_argument("--min-length", type=int, default=500,
+                       help="keep expressions longer than this many tokens (operators, closers "
+                       "and digits; default %(default)s, LRA's)")
+  listops.add_argument("--max-length", type=int, default=2000,
+                       help="keep expressions shorter than this many tokens (default "
+                       "%(default)s, LRA's; prepare pads to the longest, rounded up to 16)")
+  listops.add_argument("--max-depth", type=int, default=10,
+                       help="the deepest nesting: a node above it is a digit with probability "
+                       "0.75, else an operator; at it, always a digit (default %(default)s, "
+                       "LRA's)")
+  listops.add_argument("--max-args", type=int, default=10,
+                       help="an operator (MIN, MAX, MED, SM) takes 2 to this many arguments, "
+                       "uniformly (default %(default)s, LRA's)")
+  listops.add_argument("--seed", dest="generator_seed", type=int, default=0,
+                       help="the generator's seed (default 0: the suite's files)")
+  listops.add_argument("--workers", type=int, default=1, help="processes (default 1): the same "
+                       "files, faster, for the default recipe (its stream states are recorded)")
+  pathfinder = add_command(
+      gen_sub, "pathfinder",
+      "pathfinder<res>/curv_*/imgs + metadata like the release (Path-X = 128)")
+  pathfinder.add_argument("--out", type=Path, required=True,
+                          help="the root: images go to OUT/pathfinder<RESOLUTION>/<curv folder>/ "
+                          "(then `lra data prepare pathfinder --source OUT`)")
+  pathfinder.add_argument("--resolution", type=int, default=32, choices=(32, 64, 128, 256),
+                          help="image side in pixels: 32 (default, the pathfinder task), 128 "
+                          "(Path-X), or 64 and 256")
+  pathfinder.add_argument("--difficulty", default="hard", choices=("easy", "intermediate", "hard"),
+                          help="contour length 6 (curv_baseline), 9 or 14 (default, LRA)")
+  pathfinder.add_argument("--num-images", type=int, default=200_000,
+                          help="images in all, half of them connected; prepare splits them "
+                          "80/10/10 (default %(default)s, the release's per resolution and "
+                          "difficulty)")
+  pathfinder.add_argument("--seed", dest="generator_seed", type=int, default=0,
+                          help="the generator's seed (default 0: the suite's files)")
+  pathfinder.add_argument("--workers", type=int, default=1,
+                          help="processes (default 1; the same output for any)")
+  pathfinder.add_argument("--stats", action="store_true",
+                          help="also write stats.json (distractors placed, ink, halo, components, "
+                               "markers, marker-distance leak; docs/pathfinder.md compares them)")
 
+  prep = add_command(data_sub, "prepare", "raw release / archive -> cache")
+  prep.add_argument("task")
+  prep.add_argument("--source", type=Path, required=True)
+  prep.add_argument("--data-dir", type=Path)
+  prep.add_argument("--cache-name", help="folder under --data-dir (default: the task name)")
+  prep.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="task-specific prepare option (repeatable)")
 
-def lra_row_departures() -> dict[str, list[str]]:
-  """Per mixer with a row of LRA's Table 1 in the tables, its default settings where they differ
-  from the LRA code's that made the row (as the `lra` preset of ListOps sets them), as
-  "key=default (LRA: value)"; docs/mixers.md says why each differs."""
-  from lra.runs.config_loading import resolve_config
-  from lra.configs.common import mixer_configs
-  from lra.report.tables import load_published
-  lra_rows = {row["mixer"] for row in load_published() if row["mixer"]
-              and row["source"].startswith("LRA paper Table 1")}
-  defaults, found = mixer_configs(), {}
-  for mixer in sorted(lra_rows):
-    lra = resolve_config("listops", mixer, "lra").mixers[mixer]
-    found[mixer] = [f"{key}={value} (LRA: {lra[key]})" for key, value in
-                    sorted(defaults[mixer].items()) if lra[key] != value]
-  return found
+  insp = add_command(data_sub, "inspect", "what the model sees, decoded")
+  insp.add_argument("task")
+  insp.add_argument("--split", default="train")
+  which = insp.add_mutually_exclusive_group()
+  which.add_argument("--index", type=int)
+  which.add_argument("--all", action="store_true")
+  insp.add_argument("--json", action="store_true", help="one JSON object per line")
+  insp.add_argument("--data-dir", type=Path)
+  insp.add_argument("--preset", default="paper", help="whose cache to read (demo/smoke: "
+                    "their generated data)")
+  insp.add_argument("--cache-name")
 
-
-# One line each for `lra list`; docs/protocol.md says where every value comes from.
-PRESET_DESCRIPTIONS = {
-    "paper": "the default: the Latte paper's settings (accelerator-sized, 6 layers)",
-    "latte_code": "the Latte authors' code where it departs from the paper",
-    "lra": "the original LRA code's settings",
-    "smoke": "seconds: a few steps of a tiny model (checks that it runs, not that it learns)",
-    "demo": "minutes on a CPU (ListOps with Latte: ~5 min on 2 cores, ~10 on one): a small "
-            "model on small generated data",
-    "laptop": "the LRA task's own data at full length (ListOps, Pathfinder) with a small model, "
-              "trained on a CPU in 40 min to 4.5 h on 2 cores",
-    "published": "S5's and Mega-Chunk's own published LRA runs: their blocks and optimizers",
-    "laptop_published": "S5's or Mega-Chunk's own architecture on the laptop's data and budget",
-    "squares": "NOT LRA's task: Pathfinder's easy set as 4x4 pixel squares (64 tokens), where "
-               "mixers learn on one CPU core in 10-45 min",
-    "squares_published": "S5's or Mega-Chunk's own block on the squares' data, size and budget",
-}
-
-
-def _tasks_with(preset: str) -> list[str]:
-  """The tasks whose config accepts this preset."""
-  from lra.runs.config_loading import load_config
-  found = []
-  mixer = "s5" if preset in OWN_ARCHITECTURE_PRESETS else "latte"  # they take only s5 and mega
-  for task in TASKS:
-    try:
-      load_config(task, preset, mixer)
-    except ValueError:
-      continue
-    found.append(task)
-  return found
+  check = add_command(data_sub, "verify", "sha256 of every cached array against meta.json "
+                      "(loading checks sizes and samples only); exit 1 if any differs")
+  check.add_argument("task")
+  check.add_argument("--data-dir", type=Path)
+  check.add_argument("--preset", default="paper", help="whose cache to check (demo/smoke: "
+                     "their generated data)")
+  check.add_argument("--cache-name")
 
 
 def _parse_options(items: list[str]) -> dict:
@@ -105,7 +126,7 @@ def _cache_dir(args: argparse.Namespace) -> Path:
   return data_dir / (args.cache_name or args.task)
 
 
-def dispatch(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace, overrides: list[str]) -> int:
   if args.data_command == "generate":
     return generate(args)
   if args.data_command == "prepare":

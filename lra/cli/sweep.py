@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lra import errors
-from lra.cli.slurm import STOP_BEFORE_LIMIT_S, slurm_script  # noqa: F401 (lra.cli.sweep's API)
+from lra.cli.common import LOCAL_RESULTS, add_command
+from lra.cli.slurm import DEFAULT_TIME, STOP_BEFORE_LIMIT_S, current_env_activate, slurm_script
+from lra.runs.command import MIXER_HELP
 from lra.runs.config_loading import (data_cache_dir, default_data_dir, default_run_dir,
                                      missing_data, resolve_config, unused_overrides)
 
 
-# Words --mixers takes for groups of mixers (lra.cli's help says what each means).
+# Words --mixers takes for groups of mixers (`lra sweep --help` says what each means).
 MIXER_GROUPS = ("builtin", "all")
 
 
@@ -104,8 +106,53 @@ def run_jobs(jobs: Sequence[Job], python: str = sys.executable) -> list[Job]:
   return failed
 
 
+def add_parser(commands) -> None:
+  parser = add_command(
+      commands, "sweep", "every (task, mixer, seed) run: print, run or emit a Slurm array; "
+      "complete runs are skipped, partial ones resume",
+      description="Plans `lra run TASK MIXER --preset P --config.train.seed=S` for every task, "
+      "mixer and seed, names the runs whose data is not prepared, then prints the pending "
+      "commands (default), runs them one by one (--run), or writes a Slurm array job "
+      "(--emit slurm). Any --config.KEY=VALUE applies to every run.",
+      epilog="On a cluster: lra sweep --tasks listops --mixers latte softmax --seeds 0 1 2 "
+      "--data-dir /shared/lra --emit slurm --time 08:00:00 --sbatch=--gres=gpu:1, then "
+      "sbatch lra_sweep.sbatch from the same folder.")
+  parser.add_argument("--tasks", nargs="+", required=True, metavar="TASK",
+                      help="tasks to run (lra list)")
+  parser.add_argument("--mixers", nargs="+", required=True, metavar="MIXER", help=MIXER_HELP +
+                      "; or a group: builtin (every mixer of the suite, `lra list`'s built-in "
+                      "ones) or all (those and every mixer an installed package registers)")
+  parser.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED",
+                      help="one run per seed, each in its own _seedN folder (default 0)")
+  parser.add_argument("--preset", default="paper", help="the preset of every run (default "
+                      "paper)")
+  parser.add_argument("--data-dir", type=Path, help="prepared data root the runs read (default "
+                      "$LRA_DATA_DIR or ~/.cache/lra); on a cluster, a folder every node sees")
+  parser.add_argument("--results-dir", type=Path, default=LOCAL_RESULTS,
+                      help="where run folders go (default results/local, git-ignored)")
+  parser.add_argument("--run", action="store_true", help="run the pending commands one by one, "
+                      "here")
+  parser.add_argument("--emit", choices=("commands", "slurm"), default="commands",
+                      help="commands: print the pending `lra run` commands (default); slurm: "
+                      "write an sbatch array script with one run per array task (--out)")
+  parser.add_argument("--out", type=Path, default=Path("lra_sweep.sbatch"),
+                      help="where --emit slurm writes the array job script (default "
+                      "lra_sweep.sbatch)")
+  parser.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                      help="extra #SBATCH line, e.g. --sbatch=--gres=gpu:1 (repeatable)")
+  parser.add_argument("--time", default=DEFAULT_TIME, metavar="[D-]HH:MM:SS",
+                      help=f"Slurm time limit of each array task (default {DEFAULT_TIME}); a run "
+                      f"still going saves a checkpoint {STOP_BEFORE_LIMIT_S} s before it and "
+                      "stops, and submitting the script again resumes it")
+  parser.add_argument("--env-activate", type=Path, default=current_env_activate(),
+                      metavar="PATH", help="script the array task sources first, e.g. "
+                      ".venv/bin/activate (default: the virtual environment running this "
+                      "command, if any; `none`: no line)")
+  parser.set_defaults(handler=main)
+
+
 def main(args: argparse.Namespace, overrides: Sequence[str]) -> int:
-  """The `lra sweep` subcommand (flags in lra.cli)."""
+  """`lra sweep`: plans the runs, then prints, runs or emits them."""
   jobs = plan(args.tasks, args.mixers, args.seeds, preset=args.preset,
               results_dir=args.results_dir, data_dir=args.data_dir, overrides=overrides)
   pending = [j for j in jobs if j.pending]

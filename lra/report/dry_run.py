@@ -191,11 +191,11 @@ def _from_ledger(config: ml_collections.ConfigDict, path: Path | None) -> list[s
   """One line per GPU kind of the ledger's rows of this program (one row: seeds share it)."""
   if path is None or not path.is_file():
     return []
-  from lra import cli  # pylint: disable=import-outside-toplevel
-  from lra.report import ledger
+  from lra.report import ledger  # pylint: disable=import-outside-toplevel
+  from lra.runs.command import run_config
   program, steps = _program(config), config.train.num_steps
   for row in ledger.load(path):
-    if _program(cli.run_config(ledger.run_args(row))) != program:
+    if _program(run_config(ledger.run_args(row))) != program:
       continue
     lines = []
     for kind, cost in row["cost"].items():

@@ -14,8 +14,6 @@ steps from the same state) until someone looks at it and removes that final.json
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import shlex
 import sys
@@ -24,6 +22,7 @@ from typing import Any
 
 from lra import errors
 from lra.report import run_summary
+from lra.runs import command
 
 LEDGER = Path("results/ledger.json")
 ARCHIVE = "run.pack"  # a row's archive in its run folder (run.pack.1, .2, ... when split)
@@ -58,25 +57,16 @@ def load(path: Path = LEDGER) -> list[dict[str, Any]]:
 
 
 def parsed(row: dict[str, Any]) -> argparse.Namespace:
-  """The row's command as `lra` reads it (lra.cli's own parser, as cli.run_config): .task,
-  .mixer, .preset (`--preset=lra` and options before the task included).
+  """The row's command as `lra run` reads it (one parser: lra.runs.command): .task, .mixer,
+  .preset (`--preset=lra` and options before the task included).
 
   Raises:
     ValueError: the command is not `lra run TASK MIXER ...` (with the parser's complaint).
   """
-  from lra import cli  # pylint: disable=import-outside-toplevel
   words = shlex.split(row["command"])
-  rest, _ = cli.split_overrides(words[1:])
-  complaint = io.StringIO()
-  try:
-    with contextlib.redirect_stderr(complaint):
-      args = cli.build_parser().parse_args(rest)
-  except SystemExit:
-    args = None
-  if words[:1] != ["lra"] or args is None or args.command != "run":
-    said = complaint.getvalue().strip().splitlines()
-    raise errors.BadValue("its command must be `lra run TASK MIXER ...`" + (
-        f" ({said[-1]})" if said else ""))
+  if words[:1] != ["lra"]:
+    raise errors.BadValue(f"its command must be `lra run TASK MIXER ...`, not `{row['command']}`")
+  args, _ = command.parse_run(words[1:])
   return args
 
 

@@ -182,7 +182,7 @@ def registered_mixers() -> list[str]:
 
 def main(results_dir: Path, committed: Path | None, presets: Sequence[str] | None,
          ledger_path: Path | None) -> int:
-  """The `lra status` subcommand (flags in lra.cli): prints the grids."""
+  """The `lra status` subcommand (flags in lra/cli/status.py): prints the grids."""
   from lra.configs.common import CPU_PRESETS, PRESETS, PUBLISHED_PRESETS
   known = PRESETS + CPU_PRESETS + PUBLISHED_PRESETS
   unknown = [p for p in presets or () if p not in known]

@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ import ml_collections
 
 from lra import errors
 from lra.runs import run_identity
-from lra.tasks import TASKS
+from lra.tasks import TASKS, get_task
+from lra.tasks.contract.cache import CacheDamagedError, DataMissingError, PreparedData
 
 
 def load_config(task: str, preset: str = "paper",
@@ -188,3 +190,26 @@ def apply_overrides(config: ml_collections.ConfigDict,
     except (ValueError, SyntaxError, TypeError) as e:  # TypeError: the locked config's type check
       raise errors.BadValue(f"--config.{key}={text}: {e} (current value {current!r})") from None
   return config
+
+
+def load_data(config: ml_collections.ConfigDict, data_dir: Path,
+              log=lambda msg: print(msg, file=sys.stderr)) -> PreparedData:
+  """The prepared cache for this config, checked; small presets (re)generate theirs when it is
+  missing or damaged. Both the raw files and the cache are replaced whole, so a run killed while
+  generating leaves nothing half-written for the next one to trip on."""
+  task = get_task(config.task)
+  cache_dir = data_cache_dir(config, data_dir)
+  try:
+    return PreparedData(cache_dir, hint=task.data_hint)
+  except (DataMissingError, CacheDamagedError) as problem:
+    if not (config.data.generate and task.generate_small):
+      raise
+    if isinstance(problem, CacheDamagedError):
+      log(f"{config.task}: {problem.path.name} in {cache_dir} is damaged ({problem.problem}); "
+          "generating the data again")
+  raw_dir = cache_dir.with_name(cache_dir.name + "_raw")
+  log(f"{config.task}: generating {config.preset} data in {raw_dir} (seeded, no download)")
+  # The generator says where in raw_dir its output lies (a Pathfinder difficulty's folder, say).
+  options = task.generate_small(raw_dir, **config.data.generator.to_dict()) or {}
+  task.prepare_cache(raw_dir, cache_dir, **options)
+  return PreparedData(cache_dir, hint=task.data_hint)

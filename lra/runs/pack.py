@@ -349,36 +349,6 @@ def _move_into(scratch: Path, target: Path, archive: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # The commands.
 
-def command(args) -> int:
-  """`lra pack` and `lra unpack` (argparse namespaces from lra.cli)."""
-  if args.command == "pack":
-    written = pack(args.run_dir, args.archive)
-    manifest = read_manifest(written[0])
-    size = sum(p.stat().st_size for p in written)
-    print(f"{args.run_dir} ({manifest['status']} at step {manifest['step']} of "
-          f"{manifest['num_steps']}; checkpoint {manifest['checkpoint_step']}, best step "
-          f"{manifest['best_step']}) -> {', '.join(map(str, written))} ({size / 2**20:.1f} MiB)")
-    # A run made with `lra run --run-dir` elsewhere than runs/<task>/<mixer>/ goes back there.
-    own_place = "/".join(Path(args.run_dir).resolve().parts[-4:]) == manifest["run"]
-    where = "[--results-dir DIR]" if own_place else f"--run-dir {args.run_dir}"
-    print(f"restore with: lra unpack {written[0]} {where}")
-    return 0
-  target, manifest = unpack(args.archive, args.results_dir, args.run_dir)
-  print(f"{target}: {manifest['status']} at step {manifest['step']} of {manifest['num_steps']} "
-        f"(checkpoint {manifest['checkpoint_step']}, best step {manifest['best_step']})")
-  if manifest["status"] != "complete":
-    config = json.loads((target / "config.json").read_text())
-    resume = resume_command(config, target)
-    if resume is None:
-      also = "" if args.run_dir else f" (or --results-dir {args.results_dir})"
-      print(f"resume with its `lra run` command and --run-dir {target}{also}")
-      return 0
-    print(f"resume with: {resume}")
-    if not config.get("data", {}).get("generate", False):
-      print("  (and --data-dir DIR, unless its prepared data is in $LRA_DATA_DIR or ~/.cache/lra)")
-  return 0
-
-
 def resume_command(config: dict[str, Any], run_dir: Path) -> str | None:
   """The `lra run` command that resumes the run of `config` (its config.json) in `run_dir`: task,
   mixer (an own mixer by the spec it was named with), preset, seed, and the settings where it

@@ -23,7 +23,7 @@ from lra import errors
 from lra.machine import memory
 from lra.runs import best_params, checkpoints, writers
 from lra.training import train
-from lra.run import default_data_dir, load_data
+from lra.runs.config_loading import default_data_dir, load_data
 from lra.tasks.contract.batches import indexed_eval_batches
 from lra.tasks.contract.cache import PreparedData
 

@@ -1,0 +1,63 @@
+"""`lra bench`: train-step time and memory per mixer and length (lra.bench.step_time), or one
+training epoch per batching mode (--epoch TASK: lra.bench.epoch)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lra.cli.common import add_command
+
+
+def add_parser(commands) -> None:
+  bench = add_command(commands, "bench", "train-step time and memory per mixer and length",
+                      epilog="Defaults: the Latte paper's Text model (6 layers, D=256, 4 heads, "
+                      "batch 32). Any --config.KEY=VALUE applies to every mixer.")
+  bench.add_argument("--mixers", help="comma-separated (default: all registered)")
+  bench.add_argument("--lengths", default="1024,2048,4096,8192,16384")
+  bench.add_argument("--batch", type=int, default=32)
+  bench.add_argument("--dim", type=int, default=256)
+  bench.add_argument("--layers", type=int, default=6)
+  bench.add_argument("--heads", type=int, default=4)
+  bench.add_argument("--steps", type=int, default=5, help="timed steps per record (median)")
+  bench.add_argument("--min-time", type=float, default=1.0, help="keep timing short steps "
+                     "until this many seconds have passed")
+  bench.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
+  bench.add_argument("--matmul-n", type=int, help="size of the matmul timed for the FLOP/s peak "
+                     "(default 1024 on CPU, 8192 on accelerators)")
+  bench.add_argument("--json", type=Path, help="write the records here")
+  bench.add_argument("--md", type=Path, help="write the Markdown table here")
+  bench.add_argument("--plot", type=Path, help="write the log-log time/memory plot here (PNG)")
+  bench.add_argument("--readme", type=Path, help="also write the per-mixer summary into this "
+                     "page (docs/performance.md holds the committed one), between "
+                     "<!-- lra-bench:start --> and <!-- lra-bench:end -->")
+  bench.add_argument("--in-process", action="store_true", help="measure every record in this "
+                     "process (faster; peak RSS is then cumulative)")
+  bench.add_argument("--xla-log", type=Path, metavar="FILE", help="write XLA's own log (the GPU "
+                     "autotuner's included) here; by default it is dropped")
+  epoch = bench.add_argument_group(
+      "one training epoch (--epoch TASK)", "The time of an epoch of TASK's prepared training "
+      "data per batching mode, with compile counts; the model is the preset's (--preset, "
+      "--config.*), --mixers picks the mixer (default latte), --steps the timed calls per "
+      "program shape.")
+  epoch.add_argument("--epoch", metavar="TASK", help="time one epoch of TASK instead")
+  epoch.add_argument("--preset", default="paper")
+  epoch.add_argument("--data-dir", type=Path, help="prepared data root (default $LRA_DATA_DIR "
+                     "or ~/.cache/lra)")
+  epoch.add_argument("--modes", default="fixed,batch,sorted2,sorted4,sorted8,bucketing",
+                     help="fixed (pad to T), batch (pad to each batch), sortedK (the batch's rows "
+                     "by length in K micro-batches, each padded to its own), bucketing")
+  epoch.add_argument("--quantum", type=int, help="per-batch padding quantum (default: the "
+                     "config's data.pad_quantum)")
+  epoch.add_argument("--full-epoch", action="store_true", help="time every step (default: "
+                     "time --steps calls per program shape and sum over the epoch's steps)")
+  epoch.add_argument("--sample-steps", type=int, metavar="N", help="time N whole steps of each "
+                     "mode, evenly spread over the epoch (fewer shapes to compile)")
+  bench.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace, overrides: list[str]) -> int:
+  if args.epoch:
+    from lra.bench import epoch
+    return epoch.main(args, overrides)
+  from lra.bench import step_time
+  return step_time.main(args, overrides)

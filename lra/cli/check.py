@@ -1,0 +1,65 @@
+"""`lra check MIXER`: the mixer contract's properties, one PASS/FAIL line each (and --fit, the
+fitting screen)."""
+from __future__ import annotations
+
+import argparse
+
+from lra import errors
+from lra.cli.common import add_command
+from lra.runs.command import MIXER_HELP
+
+
+def add_parser(commands) -> None:
+  parser = add_command(
+      commands, "check", "check one mixer against the mixer contract: a PASS/FAIL line per "
+      "property with what was measured; exit 1 if any fails",
+      epilog="Settings: --config.mixers.NAME.FIELD=VALUE (NAME: the registered name, or the class"
+      " name of an import path).")
+  parser.add_argument("mixer", help=MIXER_HELP)
+  parser.add_argument("--dim", type=int, default=16, help="D of the small checks (default 16)")
+  parser.add_argument("--heads", type=int, default=2, help="H (default 2)")
+  parser.add_argument("--fit", action="store_true", help="also train the mixer on the fitting "
+                      "screen (480 Pathfinder images as 4x4 squares, 600 steps, 1-3 min on one "
+                      "core): one that cannot fit them will not learn a table's task")
+  parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace, overrides: list[str]) -> int:
+  """The contract's properties, one line each; 1 if any fails."""
+  from lra.configs.common import base_config
+  from lra.models.mixers import find_mixer
+  from lra.models.mixers.contract import PADS, PROPERTIES, MixerContract
+  from lra.runs.config_loading import apply_overrides, use_mixer
+  for item in overrides:
+    if not item.startswith("mixers."):
+      raise errors.BadValue(f"--config.{item}: lra check reads only "
+                            "--config.mixers.NAME.FIELD=VALUE (sizes: --dim, --heads).")
+  config = base_config("check", "check", "latte", tokens=False)  # only its mixer blocks are read
+  config.lock()
+  use_mixer(config, args.mixer)
+  settings = apply_overrides(config, overrides).mixers[config.model.mixer].to_dict()
+  found = find_mixer(args.mixer)
+  contract = MixerContract(found.cls, settings, dim=args.dim, num_heads=args.heads)
+  print(f"lra check {args.mixer}: {found.cls.__name__}"
+        f"({', '.join(f'{k}={v!r}' for k, v in settings.items())}) at D={args.dim}, "
+        f"H={args.heads}, T={contract.length} (2 rows, the second ending in {PADS} pads)"
+        + (f"; source sha256 {found.source['sha256'][:8]}" if found.source else ""), flush=True)
+  failed, skipped = [], []
+  for name in PROPERTIES:
+    result = contract.check(name)
+    print(result.line(), flush=True)
+    if result.passed is False:
+      failed.append(name)
+    if result.skipped:
+      skipped.append(name)
+  if failed:
+    print(f"lra check: {len(failed)} of {len(PROPERTIES)} properties fail: {', '.join(failed)}"
+          + (f"; {len(skipped)} skipped until it passes" if skipped else ""))
+    return 1
+  print(f"lra check: {args.mixer} meets the mixer contract")
+  if not args.fit:
+    return 0
+  from lra.bench import fit_screen
+  fit = fit_screen.screen(args.mixer, overrides=tuple(overrides))  # its --config.mixers.*
+  print(fit.line(), flush=True)
+  return 0 if fit.fits else 1

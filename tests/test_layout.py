@@ -1,0 +1,132 @@
+"""lra/'s rooms and the one direction of their imports (lra/__init__.py draws the map).
+
+Every import counts, those inside functions too (a deferred import is still a dependency): a
+module may import its own room and the rooms below it, never one above, and no set of modules
+may import each other in a circle.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Lowest first. tasks, models and configs (installed as lra.tasks, ...) sit with errors.py at the
+# bottom: they import lra.errors and nothing else of lra.
+LAYERS = ("errors", "machine", "runs", "training", "run", "report", "bench", "cli")
+ROOMS = ("machine", "runs", "training", "report", "bench", "cli")
+LEAVES = ("tasks", "models", "configs", "reference")
+
+
+def _modules() -> dict[str, Path]:
+  found = {}
+  for path in sorted((ROOT / "lra").rglob("*.py")):
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+  return found
+
+
+def _imports(path: Path, name: str) -> set[str]:
+  """The lra modules `path` imports, at any depth of its code."""
+  found = set()
+  package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.Import):
+      found |= {a.name for a in node.names if a.name.split(".")[0] == "lra"}
+    elif isinstance(node, ast.ImportFrom):
+      module = node.module or ""
+      if node.level:
+        module = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
+                          + ([module] if module else []))
+      if module.split(".")[0] != "lra":
+        continue
+      # `from lra.runs import pack` imports the module lra.runs.pack; `from lra.runs.pack import
+      # unpack` the module lra.runs.pack.
+      names = {f"{module}.{a.name}" for a in node.names}
+      found |= (names & set(MODULE_NAMES)) or {module}
+  return found
+
+
+MODULE_NAMES: list[str] = []
+
+
+def _room(module: str) -> str:
+  parts = module.split(".")
+  return parts[1] if len(parts) > 1 else "lra"
+
+
+MODULES = _modules()
+MODULE_NAMES.extend(MODULES)
+GRAPH = {name: {m for m in _imports(path, name) if m in MODULES and m != name}
+         for name, path in MODULES.items()}
+
+
+def test_every_room_has_a_docstring_saying_what_it_holds_and_may_import():
+  for room in ROOMS:
+    doc = ast.get_docstring(ast.parse((ROOT / "lra" / room / "__init__.py").read_text())) or ""
+    assert 2 <= len(doc.splitlines()) <= 4 and "import" in doc, room
+  top = ast.get_docstring(ast.parse((ROOT / "lra" / "__init__.py").read_text()))
+  assert all(f"{room}/" in top for room in ROOMS)
+
+
+def test_lra_holds_only_its_rooms_and_three_modules():
+  loose = sorted(p.name for p in (ROOT / "lra").glob("*.py"))
+  assert loose == ["__init__.py", "__main__.py", "errors.py", "run.py"]
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_go_down_only(name):
+  room = _room(name)
+  if room in ("__init__", "__main__", "lra", *LEAVES):
+    return
+  level = LAYERS.index(room)
+  for imported in GRAPH[name]:
+    other = _room(imported)
+    if other in LEAVES or other == "lra":
+      continue
+    assert LAYERS.index(other) <= level, f"{name} imports {imported}: {other} is above {room}"
+
+
+def test_tasks_models_and_configs_import_only_errors_of_the_runner():
+  for folder in ("tasks", "models", "configs"):
+    for path in (ROOT / folder).rglob("*.py"):
+      for imported in _imports(path, "lra." + folder):
+        first = imported.split(".")[1] if "." in imported else ""
+        assert first in (*LEAVES, "errors"), f"{path.relative_to(ROOT)} imports {imported}"
+
+
+def test_no_import_circles():
+  state: dict[str, int] = {}  # 1: on the current path, 2: done
+  def visit(name: str, path: list[str]) -> None:
+    state[name] = 1
+    for other in sorted(GRAPH[name]):
+      if state.get(other) == 1:
+        circle = path[path.index(other):] + [other] if other in path else [name, other]
+        pytest.fail("import circle: " + " -> ".join(circle))
+      if not state.get(other):
+        visit(other, [*path, other])
+    state[name] = 2
+  for name in sorted(GRAPH):
+    if not state.get(name):
+      visit(name, [name])
+
+
+def test_committed_runs_resume_under_the_moved_modules():
+  """Every committed run folder is the run its resume command makes (the command `lra unpack`
+  prints): `lra run` would resume it, not refuse it as another run. The regrouping moved code,
+  not what a run is."""
+  from lra.runs import run_identity
+  from lra.runs.command import run_config
+  from lra.runs.config_loading import reference_config
+  from lra.runs.pack import resume_command
+  folders = sorted(p.parent for p in (ROOT / "results" / "runs").glob("*/*/*/config.json"))
+  assert len(folders) >= 20
+  for folder in folders:
+    stored = json.loads((folder / "config.json").read_text())
+    words = shlex.split(resume_command(stored, folder))[1:]
+    config = run_config(words).to_dict()
+    reasons = run_identity.same_run(stored, config, reference_config(config).to_dict())
+    assert not reasons, f"{folder.relative_to(ROOT)}: {reasons}"
