@@ -31,6 +31,7 @@ def committed(tmp_path):
   return results
 
 
+@pytest.mark.slow  # the loan tools end to end (~1 min): before a loan, docs/accelerators.md
 def test_rows_chain_pack_adopt_then_resume_the_next_from_its_archive(
     committed, tmp_path, step_clock, monkeypatch, capsys):
   work = tmp_path / "work"

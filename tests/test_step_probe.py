@@ -54,6 +54,7 @@ def test_sorted_micro_batches_are_held_against_the_cpus_ratio_and_k_follows_the_
   assert not any("Sorted" in line for line in probe.decide(_rates(baseline=50.0)))
 
 
+@pytest.mark.slow  # the loan tools end to end (~1 min): before a loan, docs/accelerators.md
 def test_quick_probe_runs_every_variant_as_a_phase_of_the_check(tmp_path):
   assert check.main(["--quick", "--phases", "steps", "--out", str(tmp_path),
                      "--budget-s", "900"]) == 0
