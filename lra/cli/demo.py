@@ -49,7 +49,7 @@ def refuse_before(args: argparse.Namespace) -> None:
 def choice(preset: str | None) -> tuple[str, str, str]:
   """The demo's task, mixer and preset: demo, or smoke when named; any other preset is refused
   with the `lra run` command that takes it (the bare command runs only the demo)."""
-  task, mixer, default = DEMO
+  task, mixer, _ = DEMO
   if preset is None:
     return DEMO
   if preset in DEMO_PRESETS:
