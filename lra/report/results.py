@@ -236,9 +236,10 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     One row per experiment: task, mixer, preset, label (what tables print as the preset),
     num_runs, runs (names joined by ';'), config (the first run's flat config), and mean / `_std`
     of the three statistics (test_accuracy at the best val step, best_test_accuracy,
-    test_accuracy_last) and of val_accuracy; means of chance_accuracy, majority_accuracy,
-    steps_per_s, examples_seen, wall_time_s; num_params, seq_len, num_steps when the seeds
-    agree; device (distinct devices joined by ';'). Accuracies stay fractions in 0..1.
+    test_accuracy_last) and of val_accuracy; test_accuracy_min / _max over the seeds; means of
+    chance_accuracy, majority_accuracy, steps_per_s, examples_seen, wall_time_s; num_params,
+    seq_len, num_steps when the seeds agree; device (distinct devices joined by ';').
+    Accuracies stay fractions in 0..1.
   """
   keys = ["task", "mixer", "preset", "variant", "config_id"]
   rows = []
@@ -255,6 +256,10 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
                runs=";".join(sorted(group["run"])), config=group["config"].iloc[0])
     for metric in (*ACCURACIES, "val_accuracy"):
       row[metric], row[metric + "_std"] = _mean_std(group[metric])
+    # The seeds' ends as well as their spread: a seed that never leaves chance shows as the min.
+    seeds = [float(v) for v in group["test_accuracy"] if v is not None and not _isnan(v)]
+    row["test_accuracy_min"] = min(seeds) if seeds else None
+    row["test_accuracy_max"] = max(seeds) if seeds else None
     for metric in ("chance_accuracy", "majority_accuracy", "steps_per_s", "examples_seen",
                    "wall_time_s"):
       row[metric] = _mean_std(group[metric])[0]

@@ -43,10 +43,11 @@ README_START, README_END = "<!-- lra-table:start -->", "<!-- lra-table:end -->"
 
 TASK_COLUMNS = ["source", "model", "mixer", "preset", "num_runs", "runs",
                 "best_test_accuracy", "best_test_accuracy_std", "test_accuracy",
-                "test_accuracy_std", "test_accuracy_last", "test_accuracy_last_std",
-                "val_accuracy", "chance_accuracy", "majority_accuracy", "at_chance", "published",
-                "published_statistic", "delta", "published_model", "steps_per_s", "num_params",
-                "seq_len", "num_steps", "examples_seen", "wall_time_s", "device", "reference"]
+                "test_accuracy_std", "test_accuracy_min", "test_accuracy_max",
+                "test_accuracy_last", "test_accuracy_last_std", "val_accuracy", "chance_accuracy",
+                "majority_accuracy", "at_chance", "published", "published_statistic", "delta",
+                "published_model", "steps_per_s", "num_params", "seq_len", "num_steps",
+                "examples_seen", "wall_time_s", "device", "reference"]
 
 
 def load_published(path: Path = REFERENCE_CSV) -> list[dict[str, str]]:
@@ -132,7 +133,7 @@ def task_rows(task: str, summary: pd.DataFrame,
            "mixer": exp["mixer"],
            "preset": exp["label"], "num_runs": exp["num_runs"], "runs": exp["runs"]}
     for column in (*results.ACCURACIES, "val_accuracy", "chance_accuracy",
-                   "majority_accuracy"):
+                   "majority_accuracy", "test_accuracy_min", "test_accuracy_max"):
       row[column] = _pct(exp.get(column))
     for column in results.ACCURACIES:
       row[column + "_std"] = _pct(exp.get(column + "_std"))
