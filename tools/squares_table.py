@@ -81,7 +81,8 @@ def work(runs: list[TableRun], core: int | None, stop_after: float) -> int:
     left = deadline - time.monotonic()
     if left < 120:  # under two minutes buys a compile and a checkpoint, not training
       break
-    if (run.folder / "lock").exists():
+    # Another worker may have finished this run, or holds it now, since the list was made.
+    if (run.folder / "lock").exists() or run.status().startswith("complete"):
       continue
     code = run_pinned(run.folder, run.command(), core, left)
     if code not in (0, 130):  # 130: stopped sealed (--stop-after); the same command resumes
