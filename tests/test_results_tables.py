@@ -594,7 +594,7 @@ def test_the_status_is_written_from_the_runs_and_reads_well_with_any_number_of_r
   for seed, accuracy in ((1, 0.80), (2, 0.504)):
     write_run(res, "pathfinder", "latte", "squares", seed, accuracy, chance=0.5, majority=0.5)
   short, full = status()
-  assert "from 60.00% (softmax) to 66.80% (latte); one mixer across seeds: latte 50.40-80.00% " \
+  assert "from 60.00% (softmax) to 66.80% (latte); across seeds: latte 50.40-80.00% " \
       "(3 seeds)" in short
   assert "latte 66.80% (mean of 3 seeds: 50.40-80.00%), performer 65.00%" in full
   csv_rows = read_csv(res / "tables" / "pathfinder.csv")

@@ -111,22 +111,23 @@ class Status:
     head = ("**Pathfinder on 4x4 squares** (preset `squares`: NOT LRA's Pathfinder but its easy "
             "set read as 64 tokens of 4x4 pixels, where mixers differ on a CPU")
     text = head + ("" if brief or not rows else f"; {_budget(rows)}") + "): "
+    done = "complete" + (" so far" if self._missing(rows) else "")
     if not rows:
       text += f"none of the {len(self.mixers)} built-in mixers has a complete run yet"
     elif len(rows) == 1:
-      text += f"{self._of_builtin(rows)} complete so far: {_scores(rows)}"
+      text += f"{self._of_builtin(rows)} {done}: {_scores(rows)}"
     elif brief:
       top = max(rows, key=lambda r: r["test_accuracy"])
       low = min(rows, key=lambda r: r["test_accuracy"])
-      text += (f"{self._of_builtin(rows)} complete so far, from {_pct(low['test_accuracy'])} "
+      text += (f"{self._of_builtin(rows)} {done}, from {_pct(low['test_accuracy'])} "
                f"({low['mixer']}) to {_pct(top['test_accuracy'])} ({top['mixer']})")
       seeded = [r for r in rows if r.get("num_runs", 1) > 1]
       if seeded:
-        text += "; one mixer across seeds: " + ", ".join(
+        text += "; across seeds: " + ", ".join(
             f"{r['mixer']} {_seed_range(r)} ({r['num_runs']} seeds)" for r in seeded)
     else:
       ranked = sorted(rows, key=lambda r: -r["test_accuracy"])
-      text += f"{self._of_builtin(rows)} complete so far: {_scores(ranked)}"
+      text += f"{self._of_builtin(rows)} {done}: {_scores(ranked)}"
     if rows and not brief:
       text += " test at the best validation step"
       missing = self._missing(rows)
