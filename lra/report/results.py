@@ -215,8 +215,13 @@ def load_all_curves(runs: pd.DataFrame, results_dir: Path | str = "results") -> 
   return pd.concat(frames, ignore_index=True)
 
 
+def _numbers(values: Iterable[float | None]) -> list[float]:
+  """The values that are numbers (a run without a statistic has None or NaN there)."""
+  return [float(v) for v in values if v is not None and not _isnan(v)]
+
+
 def _mean_std(values: Iterable[float | None]) -> tuple[float | None, float | None]:
-  xs = [float(v) for v in values if v is not None and not _isnan(v)]
+  xs = _numbers(values)
   if not xs:
     return None, None
   return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None)
@@ -257,7 +262,7 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     for metric in (*ACCURACIES, "val_accuracy"):
       row[metric], row[metric + "_std"] = _mean_std(group[metric])
     # The seeds' ends as well as their spread: a seed that never leaves chance shows as the min.
-    seeds = [float(v) for v in group["test_accuracy"] if v is not None and not _isnan(v)]
+    seeds = _numbers(group["test_accuracy"])
     row["test_accuracy_min"] = min(seeds) if seeds else None
     row["test_accuracy_max"] = max(seeds) if seeds else None
     for metric in ("chance_accuracy", "majority_accuracy", "steps_per_s", "examples_seen",

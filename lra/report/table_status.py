@@ -263,12 +263,15 @@ def _seeds(row: Row) -> str:
 
 def _seed_range(row: Row) -> str:
   """"50.40-75.05%": the lowest and highest seed of a row's test accuracy."""
-  return _range([{"test_accuracy": row[f"test_accuracy_{end}"]} for end in ("min", "max")])
+  return _between(row["test_accuracy_min"], row["test_accuracy_max"])
 
 
 def _range(rows: list[Row]) -> str:
   values = [r["test_accuracy"] for r in rows]
-  low, high = min(values), max(values)
+  return _between(min(values), max(values))
+
+
+def _between(low: float, high: float) -> str:
   return _pct(low) if low == high else f"{low:.2f}-{high:.2f}%"
 
 
