@@ -600,3 +600,9 @@ def test_the_status_is_written_from_the_runs_and_reads_well_with_any_number_of_r
   csv_rows = read_csv(res / "tables" / "pathfinder.csv")
   latte = next(r for r in csv_rows if r["mixer"] == "latte" and r["preset"] == "squares")
   assert (float(latte["test_accuracy_min"]), float(latte["test_accuracy_max"])) == (50.4, 80.0)
+  # Seeds that end alike say so, rather than a "range" of one number.
+  for seed in (1, 2):
+    write_run(res, "pathfinder", "performer", "squares", seed, 0.65, chance=0.5, majority=0.5)
+  short, full = status()
+  assert "latte 50.40-80.00% (3 seeds)" in short and "performer 65.00% (3 seeds)" in short
+  assert "performer 65.00% (all 3 seeds)" in full

@@ -255,9 +255,12 @@ def _scores(rows: list[Row]) -> str:
 
 
 def _seeds(row: Row) -> str:
-  """" (mean of 3 seeds: 50.40-75.05%)", or "" for a mixer with one run."""
+  """" (mean of 3 seeds: 50.40-75.05%)", " (all 3 seeds)" where they end alike, or "" for a
+  mixer with one run."""
   if row.get("num_runs", 1) <= 1:
     return ""
+  if row["test_accuracy_min"] == row["test_accuracy_max"]:
+    return f" (all {row['num_runs']} seeds)"
   return f" (mean of {row['num_runs']} seeds: {_seed_range(row)})"
 
 
