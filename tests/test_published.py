@@ -46,15 +46,18 @@ def _block(kind, mixer_cls, **kw):
                       dropout_rate=0.0, max_len=10, block=kind)
 
 
+def _init(block, x, mask):
+  """The block's variables, initialised under jit (eager, each op compiles alone: ~8 s a block)."""
+  return jax.jit(lambda key: block.init(key, x, mask, None, True))(jax.random.PRNGKey(1))
+
+
 def test_s5_block_has_no_mlp_and_mega_block_normalises_after_each_update():
   x = jax.random.normal(jax.random.PRNGKey(0), (2, 10, 8)) * 3 + 1
   mask = jnp.ones((2, 10), bool)
-  block = _block("s5", s5.S5Mixer, state_size=4, blocks=1)
-  params = block.init(jax.random.PRNGKey(1), x, mask, None, True)["params"]
+  params = _init(_block("s5", s5.S5Mixer, state_size=4, blocks=1), x, mask)["params"]
   assert sorted(params) == ["gate", "mixer", "mixer_norm"]
   block = _block("mega", mega.MegaMixer, chunk_size=4, z_dim=4, ema_dim=2)
-  variables = block.init(jax.random.PRNGKey(1), x, mask, None, True)
-  y, _ = block.apply(variables, x, mask, None, True)
+  y, _ = block.apply(_init(block, x, mask), x, mask, None, True)
   np.testing.assert_allclose(jnp.mean(y, -1), 0.0, atol=1e-5)  # post-norm: LN is the last step
   np.testing.assert_allclose(jnp.std(y, -1), 1.0, atol=1e-2)
 
