@@ -213,8 +213,7 @@ def test_bfloat16_computes_in_bf16_keeps_float32_parameters(data_dir, tmp_path):
   forward = lambda m: jax.jit(lambda p: m.apply({"params": p}, batch, deterministic=True))  # noqa: E731
   logits = forward(model)(state.params)
   assert logits.dtype == jnp.float32
-  jaxpr = str(jax.make_jaxpr(lambda p: model.apply({"params": p}, batch, deterministic=True))(
-      state.params))
+  jaxpr = str(jax.make_jaxpr(forward(model))(state.params))
   assert "bf16" in jaxpr and "dot_general" in jaxpr
   grads = jax.jit(jax.grad(lambda p: jnp.sum(forward(model)(p))))(state.params)
   assert {a.dtype for a in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}

@@ -69,8 +69,8 @@ class TableRun:
 def table_runs() -> list[TableRun]:
   mixers = [*FIRST, *sorted(m for m in MIXERS if m not in FIRST)]
   return ([TableRun(m) for m in mixers] + [TableRun(m, "squares_published") for m in PUBLISHED]
-          + [TableRun(m, seed=seed) for seed in (1, 2) for m in SEEDED]
-          + [TableRun(m, seed=seed) for m in SEEDED_NEXT for seed in (1, 2)])
+          + [TableRun(m, seed=seed) for group in (SEEDED, SEEDED_NEXT) for seed in (1, 2)
+             for m in group])
 
 
 def _unfinished(runs: list[TableRun]) -> list[TableRun]:

@@ -269,7 +269,7 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
                    "wall_time_s"):
       row[metric] = _mean_std(group[metric])[0]
     for metric in ("num_params", "seq_len", "num_steps"):
-      values = sorted({int(v) for v in group[metric] if v is not None and not _isnan(v)})
+      values = sorted({int(v) for v in _numbers(group[metric])})
       row[metric] = values[0] if len(values) == 1 else None
     row["device"] = ";".join(sorted({str(d) for d in group["device"] if d}))
     rows.append(row)
