@@ -54,7 +54,7 @@ def _run_locked(config: ml_collections.ConfigDict, run_dir: Path, data_dir: Path
     data = load_data(config, data_dir or default_data_dir())
   previous = run_dir / "config.json"
   if previous.exists():
-    stored = json.loads(previous.read_text())
+    stored = run_identity.read_config(previous)
     reference = reference_config(config.to_dict()).to_dict()
     reasons = run_identity.same_run(stored, config.to_dict(), reference)
     if reasons:

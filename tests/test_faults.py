@@ -542,3 +542,28 @@ def test_an_error_during_training_is_failed_with_its_step_and_its_traceback_logg
   final = json.loads((run_dir / "final.json").read_text())
   assert final["status"] == "failed" and final["step"] == 4
   assert "in broken_eval" in (run_dir / "error.log").read_text()
+
+
+def test_a_start_that_fails_before_training_leaves_the_folders_config_json_as_it_was(
+    stopped_run, data_dir, tmp_path, monkeypatch):
+  """A folder's config.json is the record of what its run trained: a resume that fails before
+  its first step (a model that no longer restores, say) is recorded in final.json, but must not
+  replace that record with the config of the command that failed."""
+  from lra.training import train
+  run_dir = tmp_path / "stopped"
+  shutil.copytree(stopped_run[0], run_dir)
+  config_path = run_dir / "config.json"
+  # A key today's configs lack (as a key added later is missing from an old config): rewriting
+  # the file with this command's config would drop it.
+  config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "note": "kept"}))
+  before = config_path.read_bytes()
+
+  def broken_restore(*args, **kwargs):
+    raise ValueError("the checkpoint's tree is not this model's")
+
+  monkeypatch.setattr(train, "restore_or_init", broken_restore)
+  with pytest.raises(train.RunFailed, match="tree is not this model's"):
+    run.run("listops", "softmax", preset="smoke", overrides=DAMAGE_RUN, data_dir=data_dir,
+            run_dir=run_dir, progress=False)
+  assert config_path.read_bytes() == before
+  assert json.loads((run_dir / "final.json").read_text())["status"] == "failed"

@@ -13,7 +13,7 @@ import pytest
 
 from lra.runs.command import run_config
 from lra.runs import pack
-from lra.runs.run_identity import flatten
+from lra.runs.run_identity import flatten, read_config
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -24,10 +24,10 @@ import pathfinder_study as study  # noqa: E402  pylint: disable=wrong-import-pos
 def test_each_listed_command_is_what_its_committed_run_ran(run):
   saved_path = study.OUT / run.name / "config.json"
   assert saved_path.exists(), f"{run.name} is listed but has no committed run folder"
-  saved = json.loads(saved_path.read_text())
+  saved = read_config(saved_path)  # keys added since read as what the run computed
   resolved = run_config(run.command()[1:]).to_dict()
   # The run's own mixer and every shared section; other mixers' defaults may have moved since
-  # (no run of this one reads them), and keys added since are absent from the saved file.
+  # (no run of this one reads them).
   def read(config: dict) -> dict:
     return flatten({k: v for k, v in config.items() if k != "mixers"}
                    | {"mixers": {run.mixer: config["mixers"][run.mixer]}})

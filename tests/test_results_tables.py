@@ -2,6 +2,7 @@
 import csv
 import io
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -606,3 +607,24 @@ def test_the_status_is_written_from_the_runs_and_reads_well_with_any_number_of_r
   short, full = status()
   assert "latte 50.40-80.00% (3 seeds)" in short and "performer 65.00% (3 seeds)" in short
   assert "performer 65.00% (all 3 seeds)" in full
+
+
+def test_an_old_s5_config_is_the_bare_ssm_it_trained():
+  """S5 configs written before `mixers.s5.activation` trained the bare SSM: they depart from
+  today's `laptop` preset (S5's output layer), resume with the setting named, and read back
+  (lra eval, tables) as that."""
+  from lra.runs import run_identity
+  from lra.runs.command import run_config
+  from lra.runs.config_loading import resolve_config
+  from lra.runs.pack import resume_command
+  today = resolve_config("listops", "s5", "laptop").to_dict()
+  assert today["mixers"]["s5"]["activation"] == "half_glu1"
+  old = json.loads(json.dumps(today))
+  del old["mixers"]["s5"]["activation"]
+  assert run_identity.departures(old, today) == ["mixers.s5.activation=none"]
+  assert run_identity.run_name(old, today) == "laptop+mixers.s5.activation=none_seed0"
+  assert run_identity.same_run(old, today, today) == ["it has mixers.s5.activation=none"]
+  assert run_identity.as_trained(old)["mixers"]["s5"]["activation"] == "none"
+  resumed = run_config(shlex.split(resume_command(old, Path("r")))[1:]).to_dict()
+  assert resumed["mixers"]["s5"]["activation"] == "none"
+  assert not run_identity.same_run(old, resumed, today)

@@ -48,6 +48,9 @@ FIT = ("data.generator.num_images=600", "train.num_steps=600", "train.warmup_ste
        "eval.every_steps=200", "checkpoint.every_steps=600")
 # The long runs on p x p squares (model.patch, dense pixels only): evaluated every 1,000 steps.
 SQUARES = ("eval.every_steps=1000", "checkpoint.every_steps=1000", "model.embedding=dense")
+# Every S5 run of the study trained the bare SSM, as S5 in the common block did until its output
+# layer became the preset's (lra.runs.run_identity.ADDED_KEYS): their commands say so.
+BARE_S5 = "mixers.s5.activation=none"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +84,7 @@ class StudyRun:
 STUDY = (
     StudyRun("hard_s5_dense", "s5", "Does the mixer most at home on Pathfinder (an SSM, pixels "
              "read as numbers as S5 reads them) leave chance on the hard set within ~1 epoch?",
-             ("model.embedding=dense", "mixers.s5.state_size=16", "train.num_steps=6000")),
+             ("model.embedding=dense", "mixers.s5.state_size=16", "train.num_steps=6000", BARE_S5)),
     StudyRun("easy_latte_dense", "latte", "Does Latte leave chance on the easy set (contour "
              "length 6), where the CNN probe passed 85% by 256,000 images?",
              ("model.embedding=dense", "train.num_steps=6000"), difficulty="easy"),
@@ -91,7 +94,7 @@ STUDY = (
              "authors' Pathfinder learning rates, with a larger state (P=32)?",
              ("model.embedding=dense", "mixers.s5.state_size=32", "mixers.s5.blocks=4",
               "train.learning_rate=0.004", "train.ssm_learning_rate=0.001",
-              "train.num_steps=6000"), difficulty="easy"),
+              "train.num_steps=6000", BARE_S5), difficulty="easy"),
     StudyRun("easy_latte_dense_lr4e-3", "latte", "Does Latte leave chance on the easy set at "
              "the Latte code's Pathfinder learning rate (4e-3)? (Stopped at step 950: its "
              "gradient norm fell to 3e-3 at steps 600 and 850, a collapse to one output.)",
@@ -120,8 +123,8 @@ STUDY = (
              "for easy_latte_lr1e-2_long.)",
              ("model.embedding=dense", "mixers.s5.state_size=32", "mixers.s5.blocks=4",
               "train.learning_rate=0.004", "train.ssm_learning_rate=0.001",
-              "train.num_steps=30000", "eval.every_steps=1000", "checkpoint.every_steps=1000"),
-             difficulty="easy"),
+              "train.num_steps=30000", "eval.every_steps=1000", "checkpoint.every_steps=1000",
+              BARE_S5), difficulty="easy"),
     StudyRun("easy_latte_long", "latte", "Does Latte (the easy_latte_dense block, lr 1e-3) leave "
              "chance on the easy set within 6 epochs (30,000 steps)? (Stopped at step 8,645, at "
              "chance, for easy_latte_lr4e-3_long: the fitting screens below favour 4e-3. "
@@ -134,7 +137,8 @@ STUDY = (
              "in 40 epochs (600 steps)?", (*FIT, "model.embedding=dense"), difficulty="easy"),
     StudyRun("fit_s5", "s5", "How far does the easy_s5_long block fit the same 480 images?",
              (*FIT, "model.embedding=dense", "mixers.s5.state_size=32", "mixers.s5.blocks=4",
-              "train.learning_rate=0.004", "train.ssm_learning_rate=0.001"), difficulty="easy"),
+              "train.learning_rate=0.004", "train.ssm_learning_rate=0.001", BARE_S5),
+             difficulty="easy"),
     # Mean pooling averages 1,024 tokens, mostly background; a learned class token, mixed with
     # the sequence by every layer, is read out alone.
     StudyRun("fit_latte_cls", "latte", "Does a learned class token instead of mean pooling let "
@@ -149,8 +153,8 @@ STUDY = (
              difficulty="easy"),
     StudyRun("fit_s5_lr1e-3", "s5", "Does S5 fit them at the preset's learning rate (1e-3 for "
              "all, the SSM's too) where at 4e-3 it did not?",
-             (*FIT, "model.embedding=dense", "mixers.s5.state_size=32", "mixers.s5.blocks=4"),
-             difficulty="easy"),
+             (*FIT, "model.embedding=dense", "mixers.s5.state_size=32", "mixers.s5.blocks=4",
+              BARE_S5), difficulty="easy"),
     StudyRun("fit_latte_lr1e-2", "latte", "Does a higher learning rate still (1e-2) let Latte "
              "fit them faster than 4e-3 did?",
              (*FIT, "model.embedding=dense", "train.learning_rate=0.01"), difficulty="easy"),
@@ -221,7 +225,7 @@ STUDY = (
              difficulty="easy"),
     StudyRun("easy_s5_patch4", "s5", "Does S5 (the preset's block) leave chance on the easy set "
              "on 4x4 squares?",
-             (*SQUARES, "model.patch=4", "train.num_steps=30000"),
+             (*SQUARES, "model.patch=4", "train.num_steps=30000", BARE_S5),
              difficulty="easy"),
     # On the easy set 2x2 squares left chance sooner than 4x4 ones (63.6% at step 4,000, 76.5% at
     # 9,000).

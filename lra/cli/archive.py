@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from lra.cli.common import LOCAL_RESULTS, add_command
@@ -42,13 +41,14 @@ def pack_main(args: argparse.Namespace, overrides: list[str]) -> int:
 
 
 def unpack_main(args: argparse.Namespace, overrides: list[str]) -> int:
+  from lra.runs import run_identity
   from lra.runs.pack import resume_command, unpack
   results_dir = args.results_dir or LOCAL_RESULTS
   target, manifest = unpack(args.archive, results_dir, args.run_dir)
   print(f"{target}: {manifest['status']} at step {manifest['step']} of {manifest['num_steps']} "
         f"(checkpoint {manifest['checkpoint_step']}, best step {manifest['best_step']})")
   if manifest["status"] != "complete":
-    config = json.loads((target / "config.json").read_text())
+    config = run_identity.read_config(target / "config.json")
     resume = resume_command(config, target)
     if resume is None:
       also = "" if args.run_dir else f" (or --results-dir {results_dir})"

@@ -20,7 +20,7 @@ import pandas as pd
 
 from lra import errors
 from lra.runs.config_loading import preset_reference
-from lra.runs.run_identity import config_fingerprint, flatten
+from lra.runs.run_identity import as_trained, config_fingerprint, flatten
 
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
 LOCAL = "local"  # results/local/: your runs and tables (git-ignored), beside the committed ones
@@ -147,6 +147,7 @@ def load_runs(results_dir: Path | str = "results", *, status: str | None = None)
     config = {}
     if problem is None and config_path.exists():
       config, problem = _json_problem(config_path)
+      config = as_trained(config) if problem is None else config
     if problem is not None:
       warnings.warn(problem, RunFileWarning, stacklevel=2)
       continue

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lra import errors
-from lra.runs.run_identity import flatten
+from lra.runs.run_identity import as_trained, flatten
 
 # What a row of the diff is about -> the final.json keys it compares.
 FINAL_SECTIONS = {
@@ -41,7 +41,7 @@ def diff_runs(run_a: Path, run_b: Path) -> list[tuple[str, str, Any, Any]]:
       raise errors.NotFound(f"{run_dir} is not a run directory (no config.json).")
   rows = []
   missing = "(absent)"
-  configs = [flatten(_read(r, "config.json")) for r in (run_a, run_b)]
+  configs = [flatten(as_trained(_read(r, "config.json"))) for r in (run_a, run_b)]
   # Other mixers' settings ride along in every config.json but play no part in either run.
   used = {f"mixers.{c.get('model.mixer')}." for c in configs}
   for key in sorted(k for k in configs[0].keys() | configs[1].keys()

@@ -220,6 +220,15 @@ def _cpu_column(row: dict[str, Any]) -> tuple[str, str]:
   return row["task"], "squares" if row["preset"].startswith("squares") else "laptop"
 
 
+def _block(row: dict[str, Any]) -> str:
+  """"common block" or "own block" (the *_published presets), and where the row's runs depart
+  from their preset, those settings: a variant is a line of its own, never another's cell."""
+  preset, _, variant = row["preset"].partition(" (")
+  block = "own block" if preset.split(" ")[0].endswith("_published") else "common block"
+  departures = variant.rstrip(")").partition("+")[2]
+  return f"{block}, {departures}" if departures else block
+
+
 def _cpu_summary(rows: list[dict[str, Any]], mixed: bool = False) -> str:
   """One line per mixer and block (the common block, or S5's and Mega-Chunk's own under the
   *_published presets), one column per CPU task (Pathfinder on squares apart from LRA's), the same
@@ -229,8 +238,7 @@ def _cpu_summary(rows: list[dict[str, Any]], mixed: bool = False) -> str:
              if any(_cpu_column(r) == (t, f) for r in rows)]
   lines: dict[tuple, dict[tuple, dict[str, Any]]] = {}
   for r in rows:
-    block = "own block" if r["preset"].endswith("_published") else "common block"
-    lines.setdefault((_mixer(r, mixed), block), {})[_cpu_column(r)] = r
+    lines.setdefault((_mixer(r, mixed), _block(r)), {})[_cpu_column(r)] = r
   header = ["mixer", "block"]
   for task, family in columns:
     header += [SQUARES_TITLE if family == "squares" else TASK_TITLES[task],

@@ -6,8 +6,9 @@ Identity is relative to the preset, not a hash of the whole config, so adding a 
 default (which reproduces the old behaviour) leaves every existing run resumable and in the tables:
 a stored config that lacks a key simply does not depart from the preset there. A key added with a
 default that changes what the old configs computed is listed in ADDED_KEYS with the value they
-ran. Settings of mixers a run does not use are not part of its identity either, nor are the
-logging settings (`log.*`).
+ran, and every reader of a stored config reads it through `as_trained`, so names, fingerprints,
+tables, `lra eval` and resume commands all see what the run computed. Settings of mixers a run
+does not use are not part of its identity either, nor are the logging settings (`log.*`).
 
 Plain dicts in, plain values out (no JAX, no ml_collections), so `lra table`, `lra sweep` and the
 notebooks share these rules with `lra run`.
@@ -29,6 +30,9 @@ ADDED_KEYS = {
     # Reformer attended to every key of its chunk window until the same-bucket rule came
     # (2026-11-27); the paper's rule is today's default, the LRA code's the `lra` presets'.
     "mixers.reformer.attend_across_buckets": True,
+    # S5 in the common block was the bare SSM (the class default) until S5's output layer became
+    # the preset's (2026-11-28): a config without the key trained no gate after the scans.
+    "mixers.s5.activation": "none",
 }
 _MAX_NAME = 80  # longer override suffixes become a hash, so paths stay usable
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+,-]")
@@ -45,16 +49,33 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
   return flat
 
 
-def _own_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-  """The flat config without the seed, the logging settings and the blocks of mixers this run
-  does not use."""
-  mixer = config.get("model", {}).get("mixer")
-  flat = flatten(config)
-  flat.pop(SEED_KEY, None)
+def as_trained(config: Mapping[str, Any]) -> dict[str, Any]:
+  """A stored config (a run's config.json) as the run computed it: each ADDED_KEYS key its
+  block lacks set to the value the code ran before the key existed. A copy; blocks the config
+  does not have stay absent."""
+  config = json.loads(json.dumps(config))
   for key, value in ADDED_KEYS.items():
-    block = key.rsplit(".", 1)[0] + "."
-    if key not in flat and any(k.startswith(block) for k in flat):
-      flat[key] = value
+    *path, leaf = key.split(".")
+    block = config
+    for part in path:
+      block = block.get(part) if isinstance(block, dict) else None
+    if isinstance(block, dict) and leaf not in block:
+      block[leaf] = value
+  return config
+
+
+def read_config(path) -> dict[str, Any]:
+  """A run's config.json, read `as_trained`: the one way a stored config is read back."""
+  with open(path) as f:
+    return as_trained(json.load(f))
+
+
+def _own_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+  """The flat config (as trained) without the seed, the logging settings and the blocks of
+  mixers this run does not use."""
+  mixer = config.get("model", {}).get("mixer")
+  flat = flatten(as_trained(config))
+  flat.pop(SEED_KEY, None)
   return {k: v for k, v in flat.items() if not k.startswith(NOT_IDENTITY)
           and (not k.startswith("mixers.") or k.startswith(f"mixers.{mixer}."))}
 

@@ -21,7 +21,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra import errors
 from lra.machine import memory
-from lra.runs import best_params, checkpoints, writers
+from lra.runs import best_params, checkpoints, run_identity, writers
 from lra.training import train
 from lra.runs.config_loading import default_data_dir, load_data
 from lra.tasks.contract.batches import indexed_eval_batches
@@ -56,7 +56,7 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
   if not config_path.exists():
     raise errors.NotFound(f"{run_dir} is not a run directory (no config.json). Run folders are "
                           "results/runs/<task>/<mixer>/<run>/.")
-  config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
+  config = ml_collections.ConfigDict(run_identity.read_config(config_path))
   data = load_data(config, data_dir or default_data_dir())
   if split not in data.meta["splits"]:
     raise errors.BadValue(f"--split must be one of {', '.join(data.meta['splits'])}, got {split!r}")

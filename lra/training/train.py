@@ -408,11 +408,12 @@ class RunFiles:
 
   def __init__(self, config: ml_collections.ConfigDict, data: PreparedData, run_dir: Path,
                resume_step: int, params: int | None, *, curve: bool = True):
-    """`curve=False` (a run that failed before training) leaves metrics.jsonl as it is."""
+    """`curve=False` (a run that failed before training) leaves metrics.jsonl as it is, and a
+    config.json already there: the run that folder holds is not the one that failed to start."""
     self.config, self.data, self.run_dir = config, data, run_dir
     self.lead = jax.process_index() == 0
     self.num_params = params
-    if self.lead:
+    if self.lead and (curve or not (run_dir / "config.json").exists()):
       run_dir.mkdir(parents=True, exist_ok=True)
       writers.write_json_atomic(run_dir / "config.json", config.to_dict())
     # The step an earlier, checkpoint-less attempt reached, whose curve is now replaced.
