@@ -62,7 +62,8 @@ def mixer_configs() -> ml_collections.ConfigDict:
       # backward pass); the same values with far less memory, faster on a CPU at T >= 1K.
       # implementation: auto (cuDNN's fused attention on an NVIDIA GPU in bf16/f16, else the
       # einsum formula) | einsum | xla | cudnn (jax.nn.dot_product_attention's two paths).
-      "softmax": {"query_chunk": 0, "implementation": "auto"},
+      # rope: rotary positions on queries and keys (the SPT paper's Transformers; off in LRA).
+      "softmax": {"query_chunk": 0, "implementation": "auto", "rope": False},
       # vapor: value-acting positional rotations (Latte paper, ICLR version). bias: biases on the
       # q, k, v and output projections (none in the paper's equations or the authors' code).
       "latte": {"num_latents": 40, "vapor": False, "bias": False},
@@ -225,7 +226,75 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.log = ml_collections.ConfigDict()
   c.log.tensorboard = False         # event files in the run folder (extra: tensorboard)
   c.log.wandb = ""                  # a W&B project name: log the run there (extra: wandb)
+
+  # classify: train on the labels. denoise: self-pretraining (`lra pretrain`), masked denoising of
+  # the training split's inputs, no label read (Amos et al., ICLR 2024; lra/training/objectives).
+  c.objective = "classify"
+  # Self-pretraining (SPT): `lra pretrain TASK MIXER --preset P` trains `spt.pretrain_steps`
+  # steps of denoising with P's model and optimizer; `lra run ... --preset P --init-from RUN`
+  # fine-tunes from it for `spt.finetune_steps` steps (0: P's train.num_steps). Each task sets
+  # its masking and each preset its budget, with sources (docs/protocol.md, "Self-pretraining").
+  c.spt = ml_collections.ConfigDict()
+  c.spt.mask_ratio = 0.15           # the share of real tokens hidden (independently per token)
+  c.spt.loss = "ce"                 # ce: each hidden value's class | l1: pixel values as numbers
+  c.spt.pretrain_steps = 0          # 0: this preset has no SPT budget (set one to pretrain)
+  c.spt.pretrain_warmup_steps = 0
+  c.spt.finetune_steps = 0
+  c.spt.init_from = ""              # the pretraining run a fine-tune starts from (--init-from)
+  c.spt.allow_partial = False       # fine-tune from an unfinished pretraining (--allow-partial)
   return c
+
+
+@dataclasses.dataclass(frozen=True)
+class SptRow:
+  """One task's self-pretraining, from Amos et al. (ICLR 2024): the mask ratio (Section 2), the
+  loss and the pretraining budget of its code's Transformer run for the task
+  (IdoAmos/not-from-scratch, configs/experiment/lra/transformer-lra-<task>-mlm.yaml:
+  `trainer.max_epochs`, `scheduler.num_warmup_steps`, `dataset.lm_loss`)."""
+  mask_ratio: float
+  loss: str
+  epochs: int
+  warmup_steps: int
+
+
+# Compute-matched SPT (the paper's Appendix D study spends 0%, 40% or 60% of a fixed budget on
+# pretraining): the small presets pretrain this share of their from-scratch steps and fine-tune
+# the rest, so an SPT row costs what a from-scratch row does (docs/protocol.md, the pilot).
+SPT_SHARE = 0.4
+SPT_PROTOCOL_PRESETS = ("paper", "latte_code", "lra", "published")
+
+
+def spt(c: ml_collections.ConfigDict, row: SptRow, num_train: int, *,
+        matched: bool = False) -> None:
+  """The `spt` block of a task's preset, set after the preset's own budget: the protocol presets
+  pretrain for the paper's epochs (at the preset's batch) and fine-tune for their whole budget,
+  as the paper does; every other preset (and every one with `matched`) is compute-matched
+  (SPT_SHARE)."""
+  c.spt.mask_ratio, c.spt.loss = row.mask_ratio, row.loss
+  if c.preset in SPT_PROTOCOL_PRESETS and not matched:
+    c.spt.pretrain_steps = row.epochs * (num_train // c.train.batch_size)
+    c.spt.pretrain_warmup_steps = row.warmup_steps
+    return
+  c.spt.pretrain_steps = max(1, round(SPT_SHARE * c.train.num_steps))
+  c.spt.finetune_steps = max(1, c.train.num_steps - c.spt.pretrain_steps)
+  c.spt.pretrain_warmup_steps = round(SPT_SHARE * c.train.warmup_steps)
+
+
+def spt_phase(c: ml_collections.ConfigDict) -> None:
+  """A self-pretraining phase's budget, from the `spt` block (no-op for a plain run): denoising
+  (`objective=denoise`) trains spt.pretrain_steps with spt.pretrain_warmup_steps of warm-up; a
+  fine-tune (`spt.init_from` set) trains spt.finetune_steps when the preset sets them. Applied
+  before the command's other overrides, so `--config.train.num_steps=N` still has the last word.
+  """
+  if c.objective == "denoise":
+    if c.spt.pretrain_steps <= 0:
+      raise errors.BadValue(
+          f"preset {c.preset} sets no self-pretraining budget (spt.pretrain_steps=0); pass "
+          "--config.spt.pretrain_steps=N, or take a preset with one (lra list)")
+    c.train.num_steps = c.spt.pretrain_steps
+    c.train.warmup_steps = min(c.spt.pretrain_warmup_steps, c.spt.pretrain_steps)
+  elif c.spt.init_from and c.spt.finetune_steps > 0:
+    c.train.num_steps = c.spt.finetune_steps
 
 
 def set_latents(c: ml_collections.ConfigDict, latents: int) -> None:

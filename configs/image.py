@@ -12,6 +12,8 @@ import ml_collections
 from lra.configs import common, published
 
 NUM_TRAIN = 45_000  # LRA's split: the last 10% of CIFAR-10's 50k training images validate
+# Self-pretraining (common.SptRow): the SPT paper's mask ratio, loss and budget for this task.
+SPT = common.SptRow(mask_ratio=0.5, loss="l1", epochs=50, warmup_steps=2500)
 # Latte paper Table 4, Image row.
 PAPER = common.PaperRow(dim=512, latents=40, learning_rate=1e-3, batch_size=32,
                         weight_decay=0.05, dropout=0.1, epochs=200)
@@ -39,5 +41,6 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     published.apply(c, NUM_TRAIN)
   else:
     common.smoke(c)
+  common.spt(c, SPT, NUM_TRAIN)
   c.lock()
   return c

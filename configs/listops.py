@@ -11,6 +11,8 @@ import ml_collections
 from lra.configs import common, published
 
 NUM_TRAIN = 96_000  # release / generator default
+# Self-pretraining (common.SptRow): the SPT paper's mask ratio, loss and budget for this task.
+SPT = common.SptRow(mask_ratio=0.1, loss="ce", epochs=100, warmup_steps=2000)
 LAPTOP_STEPS, LAPTOP_BATCH = 5000, 32  # the LRA base config's budget, which `laptop` keeps
 # Latte paper Table 4, ListOps row.
 PAPER = common.PaperRow(dim=128, latents=40, learning_rate=1e-3, batch_size=64,
@@ -54,6 +56,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
         max_length=32 if smoke else 80, max_depth=3 if smoke else 4, max_args=4 if smoke else 5,
         seed=1234))
     c.mixers.latte_macchiato.window = c.mixers.latte_rglru_swa.window = 16  # sequences <= 80
+  common.spt(c, SPT, NUM_TRAIN)
   c.lock()
   return c
 

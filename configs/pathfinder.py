@@ -15,6 +15,8 @@ import ml_collections
 from lra.configs import common, published
 
 NUM_TRAIN = 160_000  # 80% of the 200k release images
+# Self-pretraining (common.SptRow): the SPT paper's mask ratio, loss and budget for this task.
+SPT = common.SptRow(mask_ratio=0.5, loss="ce", epochs=50, warmup_steps=2500)
 # The `laptop` budget: what softmax, the slowest mixer of the common block, trains in under 3 hours
 # on a 2-core CPU (2.16 s a step, docs/protocol.md "Pathfinder on a CPU").
 LAPTOP_STEPS, LAPTOP_BATCH, LAPTOP_EVALS = 4000, 32, 8
@@ -72,6 +74,7 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
       c.train.num_steps = 2000
       c.train.learning_rate = 1e-3
     c.eval.batch_size = 20 if smoke else 200
+  common.spt(c, SPT, NUM_TRAIN)
   c.lock()
   return c
 

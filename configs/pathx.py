@@ -14,6 +14,10 @@ import ml_collections
 
 from lra.configs import common, pathfinder, published
 
+# Self-pretraining (common.SptRow): the SPT paper's mask ratio, loss (cross-entropy: its Path-X
+# config warns against L1 there) and budget for Path-X.
+SPT = common.SptRow(mask_ratio=0.5, loss="ce", epochs=200, warmup_steps=5000)
+
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke", "published"))
@@ -42,5 +46,6 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     c.train.batch_size = c.eval.batch_size = 1
     c.data.generator.num_images = 40
     c.data.generator.resolution = 128
+  common.spt(c, SPT, pathfinder.NUM_TRAIN)
   c.lock()
   return c

@@ -12,6 +12,8 @@ import ml_collections
 from lra.configs import common, published
 
 NUM_TRAIN = 147_086
+# Self-pretraining (common.SptRow): the SPT paper's mask ratio, loss and budget for this task.
+SPT = common.SptRow(mask_ratio=0.15, loss="ce", epochs=32, warmup_steps=2000)
 # Latte paper Table 4, Retrieval row.
 PAPER = common.PaperRow(dim=128, latents=40, learning_rate=1e-4, batch_size=32,
                         weight_decay=0.01, dropout=0.1, epochs=20)
@@ -43,5 +45,6 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     published.apply(c, NUM_TRAIN)
   else:
     common.smoke(c)
+  common.spt(c, SPT, NUM_TRAIN)
   c.lock()
   return c

@@ -14,6 +14,8 @@ import ml_collections
 from lra.configs import common, published
 
 NUM_TRAIN = 25_000
+# Self-pretraining (common.SptRow): the SPT paper's mask ratio, loss and budget for this task.
+SPT = common.SptRow(mask_ratio=0.15, loss="ce", epochs=32, warmup_steps=5000)
 # Latte paper Table 4, Text row (L=40: the headline Latte model; see docs/protocol.md).
 PAPER = common.PaperRow(dim=256, latents=40, learning_rate=1e-3, batch_size=32,
                         weight_decay=0.05, dropout=0.1, epochs=32)
@@ -45,5 +47,6 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
     published.apply(c, NUM_TRAIN)
   else:
     common.smoke(c)
+  common.spt(c, SPT, NUM_TRAIN)
   c.lock()
   return c

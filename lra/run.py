@@ -13,7 +13,7 @@ import ml_collections
 from lra import errors
 from lra.machine import stop_after
 from lra.runs import loggers, run_identity, run_lock
-from lra.training import train
+from lra.training import init_from, train
 # load_data, default_data_dir and resolve_config: the library's entry points (docs/library.md).
 from lra.runs.config_loading import (data_cache_dir, default_data_dir, default_run_dir,  # noqa: F401
                                      load_data, reference_config, resolve_config)
@@ -26,6 +26,7 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
         results_dir: Path = Path("results"), progress: bool = True,
         stop_after_s: float | None = None) -> dict[str, Any]:
   """Trains and evaluates one (task, mixer) pair; resumes an unfinished run in the same dir.
+  Returns final.json's dict with the run's folder added (`run_dir`).
 
   `stop_after_s`: stop (resumable) so as to end within that many seconds of the command's start.
 
@@ -36,11 +37,14 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
   stop_after.check_limit(stop_after_s)
   config = resolve_config(task, mixer, preset, overrides)
   loggers.check(config)  # a missing TensorBoard or W&B package: one line before any work
+  if run_identity.phase(config) == "spt":  # a pretraining run this fine-tune cannot start from
+    init_from.check(config.to_dict(), Path(config.spt.init_from))
   run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir)
   fresh = not run_dir.exists() or not any(run_dir.iterdir())
   try:
     with run_lock.hold(run_dir):
-      return _run_locked(config, run_dir, data_dir, progress, stop_after_s)
+      return {**_run_locked(config, run_dir, data_dir, progress, stop_after_s),
+              "run_dir": str(run_dir)}
   except OutOfMemoryError:
     if fresh and not any(p.name.isdigit() for p in (run_dir / "checkpoints").glob("*")):
       shutil.rmtree(run_dir, ignore_errors=True)

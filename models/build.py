@@ -13,6 +13,7 @@ import ml_collections
 
 from lra import errors
 from lra.models import mixers
+from lra.models.denoiser import Denoiser
 from lra.models.encoder import Classifier, Encoder, MixerFactory
 from lra.models.mixers import find_mixer, get_mixer
 
@@ -39,15 +40,34 @@ def mixer_factory(config: ml_collections.ConfigDict) -> MixerFactory:
   return functools.partial(found.cls, **config.mixers[name].to_dict())
 
 
-def build_model(config: ml_collections.ConfigDict, spec: Any) -> Classifier:
-  """The classifier for this task's spec: sizes from `config.model`, shapes from the task.
+OBJECTIVES = ("classify", "denoise")
+
+
+def build_model(config: ml_collections.ConfigDict, spec: Any) -> Classifier | Denoiser:
+  """The model of this config's objective for this task's spec: sizes from `config.model`,
+  shapes from the task.
 
   Args:
-    config: a resolved task config (its `model` block and the chosen mixer's block are read).
+    config: a resolved task config (its `model` block and the chosen mixer's block are read;
+      `objective`, "classify" or "denoise" (self-pretraining, then the `spt` block too)).
     spec: vocab_size, seq_len (T), num_classes (C), dual (two sequences per example).
   Returns:
-    A Classifier called as `model.apply(variables, batch, deterministic=...) -> logits [B,C]`.
+    A Classifier called as `model.apply(variables, batch, deterministic=...) -> logits [B,C]`,
+    or for "denoise" the Denoiser around the same encoder (models/denoiser.py).
   """
+  encoder = build_encoder(config, spec)
+  objective = config.get("objective", "classify")  # configs written before SPT classify
+  if objective == "denoise":
+    return Denoiser(encoder=encoder, mask_ratio=config.spt.mask_ratio, loss=config.spt.loss,
+                    num_values=spec.vocab_size, dual=spec.dual)
+  if objective != "classify":
+    raise errors.BadValue(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+  return Classifier(encoder=encoder, num_classes=spec.num_classes, dual=spec.dual,
+                    head=config.model.head)
+
+
+def build_encoder(config: ml_collections.ConfigDict, spec: Any) -> Encoder:
+  """The encoder every objective shares, from `config.model` and the task's vocabulary and T."""
   m = config.model
   if m.dtype not in DTYPES:
     raise errors.BadValue(f"model.dtype must be one of {DTYPES}, got {m.dtype!r}")
@@ -57,17 +77,16 @@ def build_model(config: ml_collections.ConfigDict, spec: Any) -> Classifier:
     raise errors.BadValue("model.block=s5 applies S5's output layer (model.s5_gate) itself, so "
                           "the mixer's own must be off: add "
                           f"--config.mixers.{m.mixer}.activation=none.")
-  encoder = Encoder(vocab_size=spec.vocab_size, max_len=spec.seq_len, dim=m.dim,
-                    num_layers=m.num_layers, num_heads=m.num_heads, mlp_dim=m.mlp_dim,
-                    dropout_rate=m.dropout, mixer_factory=mixer_factory(config),
-                    embedding=m.embedding, pos_encoding=m.pos_encoding, pooling=m.pooling,
-                    dtype=m.dtype, remat=m.remat, block=m.block, glu=m.glu,
-                    mixer_gate=m.mixer_gate, mlp_hidden_dropout=m.mlp_hidden_dropout,
-                    final_norm=m.final_norm, s5_gate=m.s5_gate,
-                    # .get: a run's config.json from before these keys existed still builds.
-                    norm=m.get("norm", "block"), bn_momentum=m.get("bn_momentum", 0.95),
-                    patch=m.get("patch", 1))
-  return Classifier(encoder=encoder, num_classes=spec.num_classes, dual=spec.dual, head=m.head)
+  return Encoder(vocab_size=spec.vocab_size, max_len=spec.seq_len, dim=m.dim,
+                 num_layers=m.num_layers, num_heads=m.num_heads, mlp_dim=m.mlp_dim,
+                 dropout_rate=m.dropout, mixer_factory=mixer_factory(config),
+                 embedding=m.embedding, pos_encoding=m.pos_encoding, pooling=m.pooling,
+                 dtype=m.dtype, remat=m.remat, block=m.block, glu=m.glu,
+                 mixer_gate=m.mixer_gate, mlp_hidden_dropout=m.mlp_hidden_dropout,
+                 final_norm=m.final_norm, s5_gate=m.s5_gate,
+                 # .get: a run's config.json from before these keys existed still builds.
+                 norm=m.get("norm", "block"), bn_momentum=m.get("bn_momentum", 0.95),
+                 patch=m.get("patch", 1))
 
 
 def execution_path(config: ml_collections.ConfigDict) -> str:

@@ -48,6 +48,17 @@ def image_patches(tokens: jax.Array, patch: int) -> jax.Array:
   return squares.reshape(tokens.shape[0], grid * grid, patch * patch)
 
 
+def token_mask(mask: jax.Array, patch: int) -> jax.Array:
+  """mask[B,T] of pixels or tokens -> [B,T'] of the encoder's tokens (T' = T / patch^2): a
+  square is real if all its pixels are."""
+  return mask if patch == 1 else jnp.all(image_patches(mask, patch), axis=-1)
+
+
+def token_values(tokens: jax.Array, patch: int) -> jax.Array:
+  """tokens[B,T] -> [B,T',P]: the P = patch^2 ids (pixel values) each encoder token is made of."""
+  return tokens[..., None] if patch == 1 else image_patches(tokens, patch)
+
+
 class MlpBlock(nn.Module):
   """Position-wise feed-forward: Dense(mlp_dim) -> GELU -> [Dropout] -> Dense(D).
 
@@ -261,7 +272,14 @@ class Encoder(nn.Module):
     return nn.map_variables(block, "params", trans_in_fn=cast)
 
   @nn.compact
-  def __call__(self, tokens: jax.Array, mask: jax.Array, *, deterministic: bool) -> jax.Array:
+  def __call__(self, tokens: jax.Array, mask: jax.Array, *, deterministic: bool,
+               hide: jax.Array | None = None, pool: bool = True):
+    """tokens, mask [B,T] -> pooled features [B,D]; with pool=False, every token's features and
+    their mask, ([B,T',D], [B,T']) (T' = T / patch^2, the CLS token left out).
+
+    hide[B,T'] (self-pretraining): the tokens whose embedding is replaced by one learned vector
+    (`mask_token`, a parameter only a model that hides creates), before positions are added.
+    """
     if self.patch < 1:
       raise errors.BadValue(f"model.patch must be at least 1 (pixels per side), got {self.patch}")
     if self.patch > 1 and self.embedding != "dense":
@@ -272,14 +290,13 @@ class Encoder(nn.Module):
       x = nn.Embed(self.vocab_size, self.dim, name="embed")(tokens)
     elif self.embedding == "dense":
       pixels = tokens.astype(jnp.float32) / 127.5 - 1.0
-      if self.patch == 1:
-        pixels = pixels[..., None]
-      else:
-        pixels = image_patches(pixels, self.patch)
-        mask = jnp.all(image_patches(mask, self.patch), axis=-1)
-      x = nn.Dense(self.dim, name="embed")(pixels)
+      x = nn.Dense(self.dim, name="embed")(token_values(pixels, self.patch))
+      mask = token_mask(mask, self.patch)
     else:
       raise errors.BadValue(f"model.embedding must be 'token' or 'dense', got {self.embedding!r}")
+    if hide is not None:
+      hidden = self.param("mask_token", nn.initializers.normal(0.02), (self.dim,))
+      x = jnp.where(hide[..., None], hidden.astype(x.dtype), x)
     if self.pooling == "cls":
       cls = self.param("cls", nn.initializers.normal(0.02), (1, 1, self.dim))
       x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, self.dim)), x], axis=1)
@@ -308,6 +325,8 @@ class Encoder(nn.Module):
     x = x.astype(jnp.float32)
     if self.final_norm:
       x = make_norm(self.norm, self.block, self.bn_momentum, deterministic, "final_norm")(x)
+    if not pool:
+      return (x[:, 1:], mask[:, 1:]) if self.pooling == "cls" else (x, mask)
     if self.pooling == "cls":
       return x[:, 0]
     if self.pooling == "last":

@@ -265,7 +265,7 @@ def test_a_run_records_its_batching_and_evaluates_every_example(tmp_path):
                                "micro_batches": 1}
   rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
   assert [r["test/num_examples"] for r in rows if "test/num_examples" in r] == [64]
-  assert result == final
+  assert result == {**final, "run_dir": str(tmp_path / "run")}
 
 
 # --- Sorted micro-batches: the protocol's batch, cut by length into k, one update. --------------

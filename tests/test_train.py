@@ -33,7 +33,7 @@ def test_run_directory_is_complete_and_consistent(smoke_run):
   root, result = smoke_run
   run_dir = root / "run"
   final = json.loads((run_dir / "final.json").read_text())
-  assert final == json.loads(json.dumps(result))
+  assert {**final, "run_dir": str(run_dir)} == json.loads(json.dumps(result))
   assert final["status"] == "complete" and final["step"] == 4
   assert final["mixer"] == "softmax" and final["task"] == "listops"
   for key in ("val_accuracy", "test_accuracy", "test_accuracy_last", "majority_accuracy"):

@@ -18,7 +18,8 @@ def add_parser(commands) -> None:
 
 
 def main(args: argparse.Namespace, overrides: list[str]) -> int:
-  return start(args.task, args.mixer, args.preset, args, overrides, stop_after_s=args.stop_after)
+  return start(args.task, args.mixer, args.preset, args, command.spt_overrides(args, overrides),
+               stop_after_s=args.stop_after)
 
 
 def start(task: str, mixer: str, preset: str, options: argparse.Namespace,

@@ -81,7 +81,12 @@ def result_lines(result: Mapping[str, Any]) -> list[str]:
   plain = status in ("complete", "interrupted")  # the others say what happened (state_text)
   lines = [head + (f"{status} at {progress(result)}" if plain else
                    state_text(result).removesuffix(", before its first evaluation"))]
-  if evaluated(result):
+  denoising = result.get("objective") == "denoise"
+  if evaluated(result) and denoising:
+    lines.append(f"  held out (val): {_pct(result.get('val_accuracy'))} of hidden values "
+                 f"predicted, loss {number(result.get('val_loss')) or 0:.4f} per hidden token, at "
+                 f"the best val step {_count(result['best_step'])}")
+  elif evaluated(result):
     best_step = number(result.get("best_test_step"))  # absent from older final.json files
     best = (f"; best test {_pct(result.get('best_test_accuracy'))} (step {_count(best_step)})"
             if best_step is not None and best_step >= 0 else "")
@@ -92,8 +97,9 @@ def result_lines(result: Mapping[str, Any]) -> list[str]:
                  f"{best}{last}")
   else:
     lines.append("  no evaluation yet: no accuracy to report")
-  lines.append(f"  majority class {_pct(result.get('majority_accuracy'))}, chance "
-               f"{_pct(result.get('chance_accuracy'))}")
+  if not denoising:
+    lines.append(f"  majority class {_pct(result.get('majority_accuracy'))}, chance "
+                 f"{_pct(result.get('chance_accuracy'))}")
   cost = []
   if number(result.get("num_params")) is not None:
     cost.append(f"{_count(result['num_params'])} parameters")
@@ -105,6 +111,10 @@ def result_lines(result: Mapping[str, Any]) -> list[str]:
   lines.append("  " + ", ".join(cost))
   if status == "interrupted":
     lines.append("  saved: the same command resumes it from this step")
+  if denoising and result.get("run_dir"):
+    lines.append(f"  fine-tune: lra run {result['task']} {result['mixer']} --preset "
+                 f"{result['preset']} --init-from {result['run_dir']}"
+                 + ("" if status == "complete" else " --allow-partial"))
   verdict = synthetic_verdict(result)
   if verdict:
     lines.append("  " + verdict)

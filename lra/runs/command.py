@@ -75,8 +75,9 @@ def add_run_options(parser: Any, *,
          "jax.distributed.initialize() first (one process per host; also LRA_DISTRIBUTED=1)")
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-  """`lra run`'s arguments: TASK MIXER, the run options, --stop-after."""
+def add_run_arguments(parser: argparse.ArgumentParser, *, pretrain: bool = False) -> None:
+  """`lra run`'s arguments: TASK MIXER, the run options, --stop-after, and a fine-tune's
+  --init-from and --allow-partial (`pretrain`: `lra pretrain`'s, without those two)."""
   from lra.configs.common import CPU_PRESETS, PRESETS, PUBLISHED_PRESETS  # light: ml_collections
   parser.add_argument("task")
   parser.add_argument("mixer", help=MIXER_HELP)
@@ -90,6 +91,27 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--stop-after", type=float, metavar="SECONDS", help="stop cleanly (a "
                       "checkpoint, status interrupted; the same command resumes) so as to end "
                       "within SECONDS of the command's start, e.g. a scheduler's time limit")
+  if pretrain:
+    return
+  parser.add_argument("--init-from", type=Path, metavar="PRETRAIN_RUN_DIR", help="fine-tune: start "
+                      "from this `lra pretrain` run's best checkpoint (its encoder; a fresh "
+                      "classifier head) for the preset's SPT budget (spt.finetune_steps); the run "
+                      "is named PRESET+spt")
+  parser.add_argument("--allow-partial", action="store_true", help="with --init-from: accept a "
+                      "pretraining run that has not finished (its best checkpoint so far)")
+
+
+def spt_overrides(args: argparse.Namespace, overrides: Sequence[str]) -> list[str]:
+  """The overrides with `lra run`'s --init-from and --allow-partial as spt.init_from and
+  spt.allow_partial (the path as given, relative to where the command runs)."""
+  init_from, partial = getattr(args, "init_from", None), getattr(args, "allow_partial", False)
+  if partial and init_from is None:
+    raise errors.BadValue("--allow-partial says which pretraining run may be unfinished: pass it "
+                          "with --init-from PRETRAIN_RUN_DIR")
+  if init_from is None:
+    return list(overrides)
+  return [*overrides, f"spt.init_from={init_from}", *(["spt.allow_partial=true"] if partial
+                                                        else [])]
 
 
 def seeded(seed: int | None, overrides: Sequence[str]) -> list[str]:
@@ -133,4 +155,5 @@ def run_config(argv: Sequence[str]) -> ml_collections.ConfigDict:
   --config forms included: for tools that must name the run a command makes (the ledger)."""
   from lra.runs.config_loading import resolve_config
   args, overrides = parse_run(argv)
-  return resolve_config(args.task, args.mixer, args.preset, seeded(args.seed, overrides))
+  return resolve_config(args.task, args.mixer, args.preset,
+                        spt_overrides(args, seeded(args.seed, overrides)))

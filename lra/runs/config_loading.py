@@ -16,6 +16,7 @@ from typing import Any
 import ml_collections
 
 from lra import errors
+from lra.configs import common
 from lra.runs import run_identity
 from lra.tasks import TASKS, get_task
 from lra.tasks.contract.cache import CacheDamagedError, DataMissingError, PreparedData
@@ -35,16 +36,36 @@ def resolve_config(task: str, mixer: str, preset: str = "paper",
 
   MIXER is a registered name, or one from outside the suite (`path/file.py:Class`,
   `module:Class`, an `lra.mixers` entry point; see lra.models.mixers). `--config.model.mixer=NAME`
-  among the overrides picks the mixer (and its preset settings) the same way.
+  among the overrides picks the mixer (and its preset settings) the same way. The overrides of
+  `objective` and `spt.*` come first: they choose a self-pretraining phase, whose budget
+  (configs.common.spt_phase) the other overrides may then change.
   """
   for item in overrides:
-    if item.partition("=")[0].strip() == "model.mixer":
+    if _key(item) == "model.mixer":
       mixer = item.partition("=")[2].strip()
-  overrides = [o for o in overrides if o.partition("=")[0].strip() != "model.mixer"]
+  overrides = [o for o in overrides if _key(o) != "model.mixer"]
   # A preset may depend on a registered mixer's name; an outside mixer gets the common preset.
   config = load_config(task, preset, mixer if re.fullmatch(r"[\w.-]+", mixer) else "custom")
   use_mixer(config, mixer)
-  return apply_overrides(config, overrides)
+  first = [o for o in overrides if _key(o) == "objective" or _key(o).startswith("spt.")]
+  apply_overrides(config, first)
+  common.spt_phase(config)
+  return apply_overrides(config, [o for o in overrides if o not in first])
+
+
+def _key(override: str) -> str:
+  return override.partition("=")[0].strip()
+
+
+def phase_overrides(config: Mapping[str, Any]) -> list[str]:
+  """The overrides that put a preset in the self-pretraining phase of `config` (a stored one):
+  `objective=denoise` for a pretraining run, `spt.init_from=RUN` for a fine-tune, none else."""
+  found = []
+  if config.get("objective", "classify") != "classify":
+    found.append(f"objective={config['objective']}")
+  if (config.get("spt") or {}).get("init_from"):
+    found.append(f"spt.init_from={config['spt']['init_from']}")
+  return found
 
 
 def use_mixer(config: ml_collections.ConfigDict, mixer: str) -> None:
@@ -78,7 +99,7 @@ def reference_config(config: Mapping[str, Any]) -> ml_collections.ConfigDict:
   departures from the preset) is measured against."""
   source = config.get("mixer_source")
   mixer = source["spec"] if source else config["model"]["mixer"]
-  return resolve_config(config["task"], mixer, config["preset"])
+  return resolve_config(config["task"], mixer, config["preset"], phase_overrides(config))
 
 
 def preset_reference(config: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -22,8 +22,10 @@ from collections.abc import Mapping
 from typing import Any
 
 SEED_KEY = "train.seed"
-# Settings that say where the curves also go (TensorBoard, W&B), not what the run computes.
-NOT_IDENTITY = ("log.",)
+# Settings that say where the curves also go (TensorBoard, W&B), not what the run computes, and
+# where a fine-tune's pretraining run lies on this machine (the run's name says `spt`; its
+# final.json names the pretraining run by its identity).
+NOT_IDENTITY = ("log.", "spt.init_from", "spt.allow_partial")
 # Keys added with a default that is not what configs written before them computed: the value those
 # configs ran, read wherever a stored config has the key's block but not the key.
 ADDED_KEYS = {
@@ -106,16 +108,26 @@ def config_fingerprint(config: Mapping[str, Any], reference: Mapping[str, Any] |
   return hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
+def phase(config: Mapping[str, Any]) -> str:
+  """"pretrain" (self-pretraining: objective=denoise), "spt" (a fine-tune from one: spt.init_from
+  set) or "" (a run from scratch; every config written before SPT)."""
+  if config.get("objective", "classify") == "denoise":
+    return "pretrain"
+  return "spt" if (config.get("spt") or {}).get("init_from") else ""
+
+
 def run_name(config: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
-  """`<preset>[+<departures>]_seed<N>`: e.g. `demo_seed0`, `demo+mixers.latte.vapor=True_seed0`.
+  """`<preset>[+<phase>,<departures>]_seed<N>`: e.g. `demo_seed0`,
+  `demo+mixers.latte.vapor=True_seed0`, `squares+pretrain_seed0` (lra pretrain), `squares+spt_seed0`
+  (its fine-tune).
 
   Two commands that resolve to one config share a folder, and a different config never lands in
-  another's folder (a suffix over 80 characters is replaced by its hash).
+  another's folder (a suffix over 80 characters is replaced by its hash, the phase kept).
   """
   suffix = ",".join(departures(config, reference))
   if len(suffix) > _MAX_NAME:
     suffix = "cfg-" + hashlib.sha256(suffix.encode()).hexdigest()[:8]
-  suffix = _UNSAFE.sub("-", suffix)
+  suffix = ",".join(p for p in (phase(config), _UNSAFE.sub("-", suffix)) if p)
   seed = flatten(config).get(SEED_KEY, 0)
   return f"{config['preset']}{'+' + suffix if suffix else ''}_seed{seed}"
 

@@ -36,7 +36,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from lra import errors
 from lra.machine import distributed, interrupts, memory
 from lra.runs import checkpoints, writers
-from lra.training import dropout_rng, optim
+from lra.training import dropout_rng, init_from, objectives, optim
 from lra.machine import stop_after
 from lra.runs import run_identity
 from lra.runs.config_loading import mixer_label
@@ -49,28 +49,25 @@ from lra.tasks.contract.progress import Steps, Throughput
 from lra.tasks.contract.spec import TaskSpec
 
 
-def example_batch(spec: TaskSpec, batch_size: int) -> dict[str, np.ndarray]:
-  """Zeros shaped like a batch of this task (for `model.init`)."""
+def example_batch(spec: TaskSpec, batch_size: int, *, noise: bool = False
+                  ) -> dict[str, np.ndarray]:
+  """Zeros shaped like a batch of this task (for `model.init`); `noise`: with the noise a
+  denoising batch carries (lra.training.objectives)."""
   keys = ("1", "2") if spec.dual else ("",)
-  batch = {}
+  batch = {"weight": np.ones((batch_size,), np.float32)}
   for k in keys:
     batch["inputs" + k] = np.zeros((batch_size, spec.seq_len), np.int32)
     batch["mask" + k] = np.ones((batch_size, spec.seq_len), bool)
+    if noise:
+      batch["noise" + k] = np.zeros((batch_size, spec.seq_len), np.float32)
   return batch
 
 
-def _weighted_metrics(logits, batch) -> dict[str, jax.Array]:
-  """Sums and counts, so averages are exact over any device count and partial batch."""
-  logits = logits.astype(jnp.float32)  # the loss is float32 whatever the compute dtype
-  loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"])
-  correct = (jnp.argmax(logits, -1) == batch["label"]).astype(jnp.float32)
-  w = batch["weight"]
-  return {"loss_sum": jnp.sum(loss * w), "correct_sum": jnp.sum(correct * w), "count": jnp.sum(w)}
-
-
 def make_steps(model: nn.Module, mesh: jax.sharding.Mesh, dropout_seed: int,
-               dropout_bits: str = "threefry") -> tuple[TrainStep, Callable]:
-  """Jitted train and eval steps: batches sharded over `data`, state replicated.
+               dropout_bits: str = "threefry",
+               objective: objectives.Objective = objectives.CLASSIFY) -> tuple[TrainStep, Callable]:
+  """Jitted train and eval steps: batches sharded over `data`, state replicated; the loss and
+  metric sums are `objective`'s (classification, or denoising for self-pretraining).
 
   The train step takes a step's batch as a sequence of k micro-batches (lra.tasks.contract.
   batches.step_batches) and makes one update from their summed gradient: the same update as the
@@ -88,15 +85,15 @@ def make_steps(model: nn.Module, mesh: jax.sharding.Mesh, dropout_seed: int,
   def grads_and_sums(params, batch, key, stats=None):
     def loss_fn(params):
       if stats is None:
-        logits = model.apply({"params": params}, batch, deterministic=False,
+        output = model.apply({"params": params}, batch, deterministic=False,
                              rngs={"dropout": key})
         new_stats = None
       else:  # BatchNorm: this batch's statistics normalise it and update the running ones
-        logits, updated = model.apply({"params": params, "batch_stats": stats}, batch,
+        output, updated = model.apply({"params": params, "batch_stats": stats}, batch,
                                       deterministic=False, rngs={"dropout": key},
                                       mutable=["batch_stats"])
         new_stats = updated["batch_stats"]
-      sums = _weighted_metrics(logits, batch)
+      sums = objective.sums(output, batch)
       return sums["loss_sum"], (sums, new_stats)
     batch = dict(batch)
     stop = batch.pop("stop", None)
@@ -133,8 +130,7 @@ def make_steps(model: nn.Module, mesh: jax.sharding.Mesh, dropout_seed: int,
     return jax.tree.map(jnp.zeros_like, params), sums
 
   def eval_step(state: TrainState, batch):
-    return _weighted_metrics(model.apply(model_variables(state), batch, deterministic=True),
-                             batch)
+    return objective.sums(model.apply(model_variables(state), batch, deterministic=True), batch)
 
   train_step = TrainStep(
       whole=jax.jit(whole_step, out_shardings=(replicated, replicated), donate_argnums=0),
@@ -212,6 +208,8 @@ class Setup:
   train_step: TrainStep
   eval_step: Callable
   batching: Batching = Batching()
+  objective: objectives.Objective = objectives.CLASSIFY
+  noise_seed: int | None = None  # the seed of the noise a denoising run hides tokens by
 
   @property
   def replicated(self) -> NamedSharding:
@@ -251,11 +249,14 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
     contract.check_shape_before_training(mixer_factory(config), config.mixer_source.spec,
                                          dim=config.model.dim, num_heads=config.model.num_heads,
                                          length=model.encoder.mixer_max_len)
+  objective = objectives.of(config)
   train_step, eval_step = make_steps(model, mesh, dropout_seed=tc.seed + 1,
-                                     dropout_bits=tc.dropout_bits)
+                                     dropout_bits=tc.dropout_bits, objective=objective)
+  # Seeds from train.seed: the data order (seed), dropout (seed + 1), hidden tokens (seed + 2).
   return Setup(mesh=mesh, put=BatchPlacer(mesh), model=model,
                tx=optim.make_optimizer(tc, optim.ssm_params(config)), train_step=train_step,
-               eval_step=eval_step, batching=batches)
+               eval_step=eval_step, batching=batches, objective=objective,
+               noise_seed=tc.seed + 2 if objective.noise else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,6 +274,8 @@ class Book:
     window: the partial sums of the current metrics window, so the first log line after a resume
       sums the same steps (in the same order) as an uninterrupted run's.
     window_steps: steps in that window.
+    pretrained: a fine-tune's record of the pretraining run it started from (lra.training.
+      init_from), kept so that a resumed fine-tune still names it.
   """
   best_val: dict = dataclasses.field(default_factory=lambda: {
       "step": -1, "val/accuracy": -1.0, "test/accuracy": None})
@@ -281,6 +284,7 @@ class Book:
   wall_time_s: float = 0.0
   window: dict | None = None
   window_steps: int = 0
+  pretrained: dict | None = None
 
   @classmethod
   def from_json(cls, saved: dict) -> Book:
@@ -289,15 +293,20 @@ class Book:
       saved["best_val"] = saved.pop("best")
     return cls(**{f.name: saved[f.name] for f in dataclasses.fields(cls) if f.name in saved})
 
-  def record_eval(self, step: int, metrics: dict[str, float]) -> bool:
-    """Updates both bests from one evaluation; returns whether val improved."""
+  def record_eval(self, step: int, metrics: dict[str, float],
+                  best: tuple[str, bool] = ("val/accuracy", True)) -> bool:
+    """Updates both bests from one evaluation; returns whether val improved on `best`'s metric
+    (higher or lower is better as it says; the objective's)."""
     test = metrics.get("test/accuracy")
     if test is not None and (self.best_test["test/accuracy"] is None
                              or test > self.best_test["test/accuracy"]):
       self.best_test = {"step": step, "test/accuracy": test}
-    if metrics["val/accuracy"] > self.best_val["val/accuracy"]:
+    key, higher = best
+    known = self.best_val["step"] >= 0 and key in self.best_val
+    if not known or (metrics[key] > self.best_val[key] if higher
+                     else metrics[key] < self.best_val[key]):
       self.best_val = {"step": step, "val/accuracy": metrics["val/accuracy"],
-                       "test/accuracy": test}
+                       "val/loss": metrics["val/loss"], "test/accuracy": test}
       return True
     return False
 
@@ -331,8 +340,8 @@ def model_variables(state: TrainState) -> dict[str, Any]:
 def init_state(s: Setup, spec: TaskSpec, seed: int) -> TrainState:
   """Fresh parameters and optimizer state, replicated over the mesh."""
   def create(key):
-    return create_state(s.model, s.model.init(key, example_batch(spec, 1), deterministic=True),
-                        s.tx)
+    batch = example_batch(spec, 1, noise=s.objective.noise)
+    return create_state(s.model, s.model.init(key, batch, deterministic=True), s.tx)
   return jax.jit(create, out_shardings=s.replicated)(jax.random.PRNGKey(seed))
 
 
@@ -381,7 +390,7 @@ def evaluate(s: Setup, state: TrainState, data: PreparedData, split: str,
   arrays = data.split(split)
   if max_examples:
     arrays = {key: array[:max_examples] for key, array in arrays.items()}
-  for batch in eval_batches(arrays, data.spec, batch_size, rows, s.batching):
+  for batch in eval_batches(arrays, data.spec, batch_size, rows, s.batching, s.noise_seed):
     sums = jax.device_get(s.eval_step(state, s.put(batch, batch_size)))
     for key in totals:
       totals[key] += float(sums[key])
@@ -426,7 +435,10 @@ class RunFiles:
                                              config, run_dir, resume_step or None,
                                              name=f"{config.task}/{mixer_label(config)}/"
                                                   f"{run_dir.name}") if writing else ())
-    self.context = {**label_baselines(data), **writers.environment(),
+    # Self-pretraining reads no labels at all (the baselines read test's).
+    denoising = objectives.of(config).noise
+    self.context = {**({} if denoising else label_baselines(data)), **writers.environment(),
+                    "objective": objectives.of(config).name,
                     "execution_path": execution_path(config)}
 
   def final(self, status: str, step: int, book: Book, last_test: float | None, wall: float,
@@ -448,6 +460,10 @@ class RunFiles:
         "dtype": config.model.dtype, "batching": dataclasses.asdict(batching_of(config)),
         "stop_reason": stop_reason, **self.context,
     }
+    if "val/loss" in book.best_val:  # the held-out loss of the best evaluation (denoising's)
+      result["val_loss"] = book.best_val["val/loss"]
+    if book.pretrained is not None:
+      result["pretrained"] = book.pretrained
     if "mixer_source" in config:  # a mixer from outside the suite: which file, which version
       result["mixer_source"] = config.mixer_source.to_dict()
     if self.lead if write is None else write:
@@ -478,11 +494,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
   files = bar = None
   # Several processes read a stop request two steps after it is made (_loop): budgeted.
   deadline = None if stop_after_s is None else stop_after.for_run(
-      stop_after_s, config, data.num_examples("val") + data.num_examples("test"),
+      stop_after_s, config, sum(data.num_examples(split) for split in s.objective.splits),
       lag=2 if jax.process_count() > 1 else 0)
   try:
     began = time.monotonic()
     state, book, start_step = restore_or_init(s, data.spec, config.train.seed, ckpt)
+    if not start_step and run_identity.phase(config) == "spt":  # once: never over a resumed state
+      state, book.pretrained = init_from.load(state, config, data_record(data.meta))
     init_s = time.monotonic() - began  # compiling the init: what compiling the steps is guessed at
     files = RunFiles(config, data, run_dir, start_step, num_params(state))
     bar = Steps(config.train.num_steps, enabled=progress and files.lead)
@@ -542,7 +560,7 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
 
   micro_rows = tc.batch_size // s.batching.micro_batches  # the rows of each micro-batch
   stream = step_batches(data.split("train"), data.spec, tc.batch_size, tc.seed, step,
-                        s.put.rows(micro_rows), s.batching)
+                        s.put.rows(micro_rows), s.batching, noise_seed=s.noise_seed)
   add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
   window = (None if book.window is None else
             jax.device_put({k: np.float32(v) for k, v in book.window.items()}, s.replicated))
@@ -615,17 +633,15 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
         jax.block_until_ready(state)  # a failed train step is reported as the train step's
         fit.running = "eval"
         with throughput.paused():  # eval time is not training throughput
-          metrics = {key: value for split in ("val", "test") for key, value in evaluate(
+          metrics = {key: value for split in s.objective.splits for key, value in evaluate(
               s, state, data, split, config.eval.batch_size, config.eval.max_examples).items()}
           fit.running = "train"
-          if book.record_eval(step, metrics):
+          if book.record_eval(step, metrics, s.objective.best):
             ckpt.save(step, state, dataclasses.asdict(book), best=True)
           if step == tc.num_steps:
-            last_test = metrics["test/accuracy"]
+            last_test = metrics.get("test/accuracy")
           files.metrics.write(step, metrics)
-          bar.message(f"step {step}: val accuracy {metrics['val/accuracy']:.4f} (best "
-                      f"{book.best_val['val/accuracy']:.4f} at step {book.best_val['step']}), test "
-                      f"{metrics['test/accuracy']:.4f}")
+          bar.message(_eval_line(step, metrics, book, s.objective))
       if step % config.checkpoint.every_steps == 0 or step == tc.num_steps:
         save(step, window)
       if deadline is not None and deadline.should_stop(step) and not stop.requested:
@@ -641,6 +657,16 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
                            stop_reason=stop.signal_name or "stop requested on another process")
     ckpt.wait()
   return files.final("complete", step, book, last_test, wall(), rate)
+
+
+def _eval_line(step: int, metrics: dict[str, float], book: Book,
+               objective: objectives.Objective) -> str:
+  """One evaluation on the progress line: val, its best so far, and test where it is read."""
+  key, _ = objective.best
+  what = key.split("/")[1] + (" of hidden tokens" if objective.noise else "")
+  line = (f"step {step}: val {what} {metrics[key]:.4f} (best {book.best_val[key]:.4f} at step "
+          f"{book.best_val['step']})")
+  return line + (f", test {metrics['test/accuracy']:.4f}" if "test/accuracy" in metrics else "")
 
 
 def _anyone(says: bool) -> bool:
@@ -673,6 +699,9 @@ def check_fits(config: ml_collections.ConfigDict, s: Setup, state: TrainState, s
               **{"mask" + k[len("inputs"):]: ((rows, spec.seq_len), jnp.bool_)
                  for k in _input_keys(spec)},
               "label": ((rows,), jnp.int32), "weight": ((rows,), jnp.float32)}
+    if s.objective.noise:
+      shapes.update({"noise" + k[len("inputs"):]: ((rows, spec.seq_len), jnp.float32)
+                     for k in _input_keys(spec)})
     if kind == "train" and jax.process_count() > 1:
       shapes["stop"] = ((rows,), jnp.int32)
     batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=s.put.sharding)

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from lra import errors
+from lra.models.mixers.rope import rope_frequencies, rotate_pairs
 
 
 def latte_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
@@ -37,18 +38,6 @@ def latte_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -
   # An all-pad sequence has a zero normaliser; its outputs are ignored, so keep them finite.
   states = states / jnp.maximum(normaliser, jnp.finfo(k_exp.dtype).tiny)[..., None]
   return jnp.einsum("bthl,bhld->bthd", jax.nn.softmax(q, axis=-1), states)
-
-
-def rope_frequencies(num_pairs: int, base: float = 10000.0) -> jax.Array:
-  """[Dh/2] RoPE angles per position, base^(-i / (Dh/2)) (Su et al.)."""
-  return base ** (-jnp.arange(num_pairs, dtype=jnp.float32) / num_pairs)
-
-
-def rotate_pairs(x: jax.Array, angles: jax.Array) -> jax.Array:
-  """Rotates channel pairs (i, i + Dh/2) of x[..., Dh] by angles[..., Dh/2] of the same rank."""
-  first, second = jnp.split(x, 2, axis=-1)
-  cos, sin = jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
-  return jnp.concatenate([first * cos - second * sin, first * sin + second * cos], axis=-1)
 
 
 def vapor_latte_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,

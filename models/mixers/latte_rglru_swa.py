@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from lra import errors
-from lra.models.mixers.latte import rope_frequencies, rotate_pairs
+from lra.models.mixers.rope import rotate_queries_and_keys
 from lra.models.mixers.latte_macchiato import latte_macchiato_attention
 from lra.models.mixers.latte_rglru import LatentFeatures
 from lra.models.mixers.projections import project_qkv
@@ -43,12 +42,7 @@ class LatteRGLRUSWAMixer(nn.Module):
     head_dim = self.dim // self.num_heads
     q, k, v = project_qkv(x, self.num_heads, head_dim)
     if self.rope:
-      if head_dim % 2:
-        raise errors.BadValue("latte_rglru_swa: rope=True needs an even dim/num_heads, got "
-                              f"{head_dim}. Set --config.mixers.latte_rglru_swa.rope=False.")
-      angles = (jnp.arange(x.shape[1], dtype=jnp.float32)[:, None, None]
-                * rope_frequencies(head_dim // 2)[None, None])[None]      # [1,T,1,Dh/2]
-      q, k = rotate_pairs(q, angles), rotate_pairs(k, angles)
+      q, k = rotate_queries_and_keys(q, k, "latte_rglru_swa")
     y = LatentFeatures("rglru", combine=self.combine, name="latent_features")(x, mask)
     state_logits = nn.DenseGeneral((self.num_heads, per_head + 1), name="state_logits")(y)
     latent_k = nn.DenseGeneral((self.num_heads, per_head), name="key_latents")(y)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from lra import errors
 from lra.models.mixers.projections import project_qkv
+from lra.models.mixers.rope import rotate_queries_and_keys
 
 # "einsum": the formula below, in one piece or query chunks; "xla" and "cudnn": the two
 # implementations of jax.nn.dot_product_attention; "auto" picks one of these per device and dtype.
@@ -168,12 +169,16 @@ class SoftmaxMixer(nn.Module):
     implementation: "auto" (cuDNN's fused attention on an NVIDIA GPU in bf16/f16, else einsum),
       "einsum" (the formula, in query chunks if query_chunk > 0), "xla" or "cudnn"
       (jax.nn.dot_product_attention's two implementations). See `softmax_attention`.
+    rope: rotate queries and keys by position (RoPE, models/mixers/rope.py), so the scores see
+      relative positions; the SPT paper's Transformers (arXiv 2310.02980, Section 3.2) and
+      arXiv 2501.14850 use it. Off: the encoder's absolute positions alone, as LRA ran.
   """
   dim: int
   num_heads: int
   max_len: int
   query_chunk: int = 0
   implementation: str = "auto"
+  rope: bool = False
 
   @classmethod
   def execution_path(cls, settings: dict, dtype: str, head_dim: int | None = None) -> str:
@@ -190,6 +195,8 @@ class SoftmaxMixer(nn.Module):
     """x: [B,T,D], mask: [B,T] -> ([B,T,D], carry)."""
     head_dim = self.dim // self.num_heads
     q, k, v = project_qkv(x, self.num_heads, head_dim)
+    if self.rope:
+      q, k = rotate_queries_and_keys(q, k, "softmax")
     y = softmax_attention(q, k, v, mask, query_chunk=self.query_chunk,
                           implementation=self.implementation)
     y = nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(y)

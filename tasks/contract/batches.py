@@ -126,14 +126,29 @@ def example_lengths(arrays: Mapping[str, np.ndarray], spec: TaskSpec,
   return lengths
 
 
+def example_noise(indices: np.ndarray, seq_len: int, seed: int, step: int | None,
+                  sequence: int = 0) -> np.ndarray:
+  """[n, seq_len] float32 uniform in [0, 1): each row a function of (seed, step, the example's
+  index, which of its sequences) alone, whatever batch, padding or device it lands in. Training
+  steps draw anew at each step; evaluation (step None) draws the same noise every time, so every
+  evaluation of a split hides the same tokens."""
+  where = [0, step] if step is not None else [1]
+  return np.stack([np.random.default_rng([seed, *where, sequence, int(i)]).random(
+      seq_len, np.float32) for i in indices]) if len(indices) else np.zeros((0, seq_len),
+                                                                              np.float32)
+
+
 def make_batch(arrays: Mapping[str, np.ndarray], indices: np.ndarray, spec: TaskSpec,
-               num_rows: int | None = None, length: int | None = None) -> dict[str, np.ndarray]:
+               num_rows: int | None = None, length: int | None = None,
+               noise: tuple[int, int | None] | None = None) -> dict[str, np.ndarray]:
   """Gathers rows into a batch; rows past len(indices) (up to num_rows) are weight-0 filler.
 
   Filler rows copy example 0, so they are valid inputs and a batch is the same whichever way its
   rows are split over hosts (a host's share of the last eval batch may be all filler). `length`
   keeps the first T positions (default: all); the caller picks it from the real rows of the
-  global batch, so only pads are cut (and the tail of a weight-0 filler row).
+  global batch, so only pads are cut (and the tail of a weight-0 filler row). `noise=(seed,
+  step)` adds `noise[B,T]` (`noise1`, `noise2`) from `example_noise`: what self-pretraining hides
+  tokens by.
   """
   num_rows = len(indices) if num_rows is None else num_rows
   real = len(indices)
@@ -149,11 +164,14 @@ def make_batch(arrays: Mapping[str, np.ndarray], indices: np.ndarray, spec: Task
       rows = rows[:, :length]
     batch[key] = rows.astype(np.int32)
     if key != "label":
-      mask_key = "mask" + key[len("inputs"):]
+      suffix = key[len("inputs"):]
       if spec.pad_id is None:
-        batch[mask_key] = np.ones(rows.shape, dtype=bool)
+        batch["mask" + suffix] = np.ones(rows.shape, dtype=bool)
       else:
-        batch[mask_key] = rows != spec.pad_id
+        batch["mask" + suffix] = rows != spec.pad_id
+      if noise is not None:
+        batch["noise" + suffix] = example_noise(indices, spec.seq_len, *noise,
+                                                sequence=int(suffix or 0))[:, :length]
   weight = np.ones(num_rows, dtype=np.float32)
   weight[real:] = 0.0
   batch["weight"] = weight
@@ -227,8 +245,8 @@ def _lengths(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batching: Batchin
 
 def step_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: int, seed: int,
                  start_step: int = 0, rows: tuple[int, int] | None = None,
-                 batching: Batching = Batching(), lengths: np.ndarray | None = None
-                 ) -> Iterator[tuple[dict[str, np.ndarray], ...]]:
+                 batching: Batching = Batching(), lengths: np.ndarray | None = None,
+                 noise_seed: int | None = None) -> Iterator[tuple[dict[str, np.ndarray], ...]]:
   """Infinite training stream of each step's k micro-batches (a tuple; one batch when k = 1);
   step s is the same whether the run started at 0 or resumed at s.
 
@@ -236,7 +254,8 @@ def step_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: i
   bucketing, see `epoch_plan`). `rows=(start, stop)` yields only those rows of every global
   micro-batch of batch_size / k rows (one host's share in a multi-host run), so every device
   holds rows of every micro-batch. `lengths` (from `example_lengths`) saves a scan when the
-  caller has them.
+  caller has them. `noise_seed`: each batch carries its examples' noise of this step
+  (`example_noise`).
   """
   batching.check(spec.seq_len)
   lengths = _lengths(arrays, spec, batching, lengths)
@@ -250,8 +269,9 @@ def step_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: i
     if epoch != plan_epoch:  # once per epoch: a permutation of 160k rows is not free
       plan_epoch = epoch
       plan, padded = epoch_plan(lengths, spec, batch_size, seed, epoch, batching)
+    noise = None if noise_seed is None else (noise_seed, step)
     yield tuple(make_batch(arrays, plan[index][i * size:(i + 1) * size][start:stop], spec,
-                           length=int(padded[index, i])) for i in range(k))
+                           length=int(padded[index, i]), noise=noise) for i in range(k))
     step += 1
 
 
@@ -300,24 +320,27 @@ def eval_plan(lengths: np.ndarray, spec: TaskSpec, batch_size: int,
 
 
 def eval_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: int,
-                 rows: tuple[int, int] | None = None,
-                 batching: Batching = Batching()) -> Iterator[dict[str, np.ndarray]]:
+                 rows: tuple[int, int] | None = None, batching: Batching = Batching(),
+                 noise_seed: int | None = None) -> Iterator[dict[str, np.ndarray]]:
   """Every example exactly once; the last batch is padded with weight-0 rows.
 
-  `rows=(start, stop)` yields only those rows of every (padded) global batch.
+  `rows=(start, stop)` yields only those rows of every (padded) global batch; `noise_seed`: each
+  batch carries its examples' evaluation noise (`example_noise`, the same at every pass).
   """
-  for _, batch in indexed_eval_batches(arrays, spec, batch_size, rows, batching):
+  for _, batch in indexed_eval_batches(arrays, spec, batch_size, rows, batching, noise_seed):
     yield batch
 
 
 def indexed_eval_batches(arrays: Mapping[str, np.ndarray], spec: TaskSpec, batch_size: int,
-                         rows: tuple[int, int] | None = None, batching: Batching = Batching()
+                         rows: tuple[int, int] | None = None, batching: Batching = Batching(),
+                         noise_seed: int | None = None
                          ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
   """eval_batches with each global batch's example indices: its first len(indices) rows are
   those examples, in that order; the rest are weight-0 filler."""
   batching.check(spec.seq_len)
   lengths = _lengths(arrays, spec, batching)
   start, stop = rows or (0, batch_size)
+  noise = None if noise_seed is None else (noise_seed, None)
   for indices, length in eval_plan(lengths, spec, batch_size, batching):
     yield indices, make_batch(arrays, indices[start:stop], spec, num_rows=stop - start,
-                              length=length)
+                              length=length, noise=noise)
