@@ -237,6 +237,7 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.spt = ml_collections.ConfigDict()
   c.spt.mask_ratio = 0.15           # the share of real tokens hidden (independently per token)
   c.spt.loss = "ce"                 # ce: each hidden value's class | l1: pixel values as numbers
+  c.spt.pixel_levels = 256          # ce on pixels: the classes 0-255 is binned into (256: exact)
   c.spt.pretrain_steps = 0          # 0: this preset has no SPT budget (set one to pretrain)
   c.spt.pretrain_warmup_steps = 0
   c.spt.finetune_steps = 0

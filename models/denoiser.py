@@ -30,9 +30,11 @@ class Denoiser(nn.Module):
   Attributes:
     encoder: the Encoder the classifier uses.
     mask_ratio: the expected share of real tokens hidden.
-    loss: "ce" (each value one of `num_values` classes: a vocabulary's ids, or 256 pixel levels)
+    loss: "ce" (each value one of `num_values` classes: a vocabulary's ids, or pixel levels)
       or "l1" (each pixel value as a number, scaled to [-1, 1]; one output per value).
     num_values: V, the classes of a value under "ce".
+    pixel_levels: for pixels (0-255), the classes they are binned into under "ce" (value *
+      levels // 256; 256 keeps every value); None for a vocabulary's ids.
     dual: two sequences per example (Retrieval): both are hidden and predicted, by one head.
 
   Called on a batch, returns (predictions [N,T',P,V] (V=1 under "l1"), values [N,T',P] int32,
@@ -42,6 +44,7 @@ class Denoiser(nn.Module):
   mask_ratio: float
   loss: str
   num_values: int
+  pixel_levels: int | None = None
   dual: bool = False
 
   @nn.compact
@@ -51,7 +54,10 @@ class Denoiser(nn.Module):
     if not 0.0 < self.mask_ratio < 1.0:
       raise errors.BadValue(f"spt.mask_ratio must be between 0 and 1, got {self.mask_ratio}")
     patch = self.encoder.patch
-    outputs = self.num_values if self.loss == "ce" else 1
+    levels = self.pixel_levels
+    if levels is not None and not 2 <= levels <= 256:
+      raise errors.BadValue(f"spt.pixel_levels must be between 2 and 256, got {levels}")
+    outputs = (levels or self.num_values) if self.loss == "ce" else 1
     predict = nn.Dense(patch * patch * outputs, name="predict")
     parts = []
     for suffix in ("1", "2") if self.dual else ("",):
@@ -60,5 +66,7 @@ class Denoiser(nn.Module):
       hidden = (noise < self.mask_ratio) & token_mask(mask, patch)
       x, _ = self.encoder(tokens, mask, deterministic=deterministic, hide=hidden, pool=False)
       values = token_values(tokens, patch)
+      if levels is not None and self.loss == "ce":
+        values = values * levels // 256
       parts.append((predict(x).reshape(*values.shape, outputs), values, hidden, batch["weight"]))
     return tuple(jnp.concatenate(part, axis=0) for part in zip(*parts))
