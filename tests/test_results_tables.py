@@ -628,3 +628,33 @@ def test_an_old_s5_config_is_the_bare_ssm_it_trained():
   resumed = run_config(shlex.split(resume_command(old, Path("r")))[1:]).to_dict()
   assert resumed["mixers"]["s5"]["activation"] == "none"
   assert not run_identity.same_run(old, resumed, today)
+
+
+def test_spt_rows_stand_in_their_own_column_and_pretraining_runs_in_no_table(tmp_path):
+  """A fine-tune from self-pretraining (run name `squares+spt`) is a column of its own beside the
+  from-scratch squares column, never averaged with it, with its own rank correlation and a
+  status sentence; the pretraining run itself (objective denoise) is in no accuracy table."""
+  from lra.report import table_status, tables
+  res = tmp_path / "results"
+  scratch = {"softmax": 0.70, "latte": 0.504, "linear": 0.504, "performer": 0.504}
+  spt = {"softmax": 0.80, "latte": 0.75, "linear": 0.62, "performer": 0.504}
+  for mixer, accuracy in scratch.items():
+    write_run(res, "pathfinder", mixer, "squares", 0, accuracy, chance=0.5, majority=0.5)
+  for mixer, accuracy in spt.items():
+    config = {"task": "pathfinder", "preset": "squares", "model": {"mixer": mixer, "dim": 8},
+              "mixers": {mixer: {}}, "train": {"num_steps": 20}, "spt": {"init_from": "x"}}
+    write_run(res, "pathfinder", mixer, "squares", 0, accuracy, chance=0.5, majority=0.5,
+              run="squares+spt_seed0", config=config)
+    write_run(res, "pathfinder", mixer, "squares", 0, 0.9, run="squares+pretrain_seed0",
+              config={**config, "objective": "denoise", "spt": {}}, objective="denoise")
+  files, made = tables._build(res)  # pylint: disable=protected-access
+  body = files["tables/lra.md"].split("## Ours: the LRA tasks on a CPU")[1]
+  assert ("| Pathfinder, 4x4 squares | published (1,024 pixels) | Pathfinder, 4x4 squares, SPT "
+          "|") in body
+  assert "| softmax | common block | 70.00 | 71.40 (last step) | 80.00 |" in body
+  assert "| latte | common block | 50.40 ‡ | 75.61 (best test) | 75.00 |" in body
+  assert "squares+pretrain" not in files["tables/pathfinder.md"]
+  assert "90.00" not in body
+  status = table_status.Status(made["task_rows"], res).spt(brief=True)
+  assert "of the 4 with a from-scratch row, 3 leave chance with SPT and 1 from scratch" in status
+  assert "between the squares SPT column and the published Pathfinder column, over the" in status

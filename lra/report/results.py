@@ -29,7 +29,7 @@ FINAL_KEYS = ("status", "task", "mixer", "preset", "seed", "step", "num_steps", 
               "val_accuracy", "test_accuracy", "best_test_accuracy", "best_test_step",
               "test_accuracy_last", "chance_accuracy", "majority_accuracy", "num_params",
               "steps_per_s", "wall_time_s", "examples_seen", "seq_len", "device", "num_devices",
-              "cpu_cores", "git_sha")
+              "cpu_cores", "git_sha", "objective")
 # The three statistics a run reports, by the final.json key that holds each.
 ACCURACIES = ("test_accuracy", "best_test_accuracy", "test_accuracy_last")
 

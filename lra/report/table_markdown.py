@@ -215,18 +215,33 @@ def _published(row: dict[str, Any]) -> str:
   return f"{_fmt(row['published'])} ({STATISTIC_LABELS[row['published_statistic']]})"
 
 
-def _cpu_column(row: dict[str, Any]) -> tuple[str, str]:
-  """(task, preset family) of a CPU row: `squares` is its own column, never LRA's Pathfinder."""
-  return row["task"], "squares" if row["preset"].startswith("squares") else "laptop"
+def _cpu_column(row: dict[str, Any]) -> tuple[str, str, bool]:
+  """(task, preset family, self-pretrained) of a CPU row: `squares` is its own column, never
+  LRA's Pathfinder, and fine-tunes from self-pretraining (SPT) stand in columns of their own
+  beside the same task's from-scratch column, never in its cells."""
+  return (row["task"], "squares" if row["preset"].startswith("squares") else "laptop",
+          "spt" in _variant(row)[:1])
+
+
+def _variant(row: dict[str, Any]) -> list[str]:
+  """What a row's run name adds to its preset: ["spt", "model.dim=32", ...] ([] for none)."""
+  _, _, variant = row["preset"].partition(" (")
+  tail = variant.rstrip(")").partition("+")[2]
+  return tail.split(",") if tail else []
 
 
 def _block(row: dict[str, Any]) -> str:
   """"common block" or "own block" (the *_published presets), and where the row's runs depart
   from their preset, those settings: a variant is a line of its own, never another's cell."""
-  preset, _, variant = row["preset"].partition(" (")
+  preset = row["preset"].partition(" (")[0]
   block = "own block" if preset.split(" ")[0].endswith("_published") else "common block"
-  departures = variant.rstrip(")").partition("+")[2]
+  departures = ",".join(part for part in _variant(row) if part != "spt")
   return f"{block}, {departures}" if departures else block
+
+
+def _column_title(task: str, family: str, spt: bool) -> str:
+  title = SQUARES_TITLE if family == "squares" else TASK_TITLES[task]
+  return title + (", SPT" if spt else "")
 
 
 def _cpu_summary(rows: list[dict[str, Any]], mixed: bool = False) -> str:
@@ -234,28 +249,46 @@ def _cpu_summary(rows: list[dict[str, Any]], mixed: bool = False) -> str:
   *_published presets), one column per CPU task (Pathfinder on squares apart from LRA's), the same
   mixer's published number beside each; under it, how the squares column ranks the mixers against
   their published Pathfinder numbers."""
-  columns = [(t, f) for t in LRA_TASKS for f in ("laptop", "squares")
-             if any(_cpu_column(r) == (t, f) for r in rows)]
+  columns = [(t, f, spt) for t in LRA_TASKS for f in ("laptop", "squares")
+             for spt in (False, True) if any(_cpu_column(r) == (t, f, spt) for r in rows)]
   lines: dict[tuple, dict[tuple, dict[str, Any]]] = {}
   for r in rows:
     lines.setdefault((_mixer(r, mixed), _block(r)), {})[_cpu_column(r)] = r
+  # The published number stands beside a task's first column (from scratch, or SPT alone).
+  published = {column: not column[2] or (column[0], column[1], False) not in columns
+               for column in columns}
   header = ["mixer", "block"]
-  for task, family in columns:
-    header += [SQUARES_TITLE if family == "squares" else TASK_TITLES[task],
-               "published (1,024 pixels)" if family == "squares" else "published"]
+  for column in columns:
+    header.append(_column_title(*column))
+    if published[column]:
+      header.append("published (1,024 pixels)" if column[1] == "squares" else "published")
   body = []
   for (mixer, block), by_column in lines.items():
     cells = [mixer, block]
     for column in columns:
       r = by_column.get(column)
-      cells += ["", ""] if r is None else [
-          _cell(r["test_accuracy"], r["test_accuracy_std"], r["num_runs"],
-                at_chance=r["at_chance"]), _published(r)]
+      cells.append("" if r is None else _cell(r["test_accuracy"], r["test_accuracy_std"],
+                                              r["num_runs"], at_chance=r["at_chance"]))
+      if published[column]:
+        cells.append(_published_of(lines[(mixer, block)], column))
     body.append(cells)
   parts = [_md_table(header, body)]
-  if any(family == "squares" for _, family in columns):
-    parts.append(SQUARES_NOTE + " " + _squares_rank_line(rows))
+  if any(family == "squares" for _, family, _ in columns):
+    parts.append(SQUARES_NOTE + " " + " ".join(
+        _squares_rank_line(rows, _column_title("pathfinder", "squares", spt), spt=spt)
+        for spt in (False, True) if ("pathfinder", "squares", spt) in columns))
+  if any(spt for *_, spt in columns):
+    parts.append(SPT_NOTE)
   return "\n\n".join(parts)
+
+
+def _published_of(by_column: dict[tuple, dict[str, Any]], column: tuple) -> str:
+  """The published number of a line's mixer for a column's task (from whichever of its rows
+  has it: an SPT row's mixer is the from-scratch row's)."""
+  for key in (column, (column[0], column[1], not column[2])):
+    if key in by_column:
+      return _published(by_column[key])
+  return ""
 
 
 SQUARES_TITLE = "Pathfinder, 4x4 squares"
@@ -264,16 +297,24 @@ SQUARES_NOTE = ("Pathfinder, 4x4 squares: NOT LRA's Pathfinder but its easy set 
                 "published figures beside it are the 1,024-pixel task's.")
 
 
-def _squares_rank_line(rows: list[dict[str, Any]], column: str = "this column") -> str:
-  """Spearman's rank correlation between the squares column (common block, ours) and the same
-  mixers' published Pathfinder numbers, over the mixers that have both; `column`: how the line
-  names the squares column where it does not stand under it."""
+SPT_NOTE = ("SPT: fine-tuned from self-pretraining on the task's own training inputs (`lra "
+            "pretrain`, then `lra run --init-from`; Amos et al., ICLR 2024), pretraining and "
+            "fine-tuning together the from-scratch row's steps (docs/protocol.md); never averaged "
+            "with the from-scratch runs.")
+
+
+def _squares_rank_line(rows: list[dict[str, Any]], column: str = "this column",
+                       spt: bool = False) -> str:
+  """Spearman's rank correlation between the squares column (common block, ours; its SPT twin
+  with `spt`) and the same mixers' published Pathfinder numbers, over the mixers that have
+  both; `column`: how the line names the squares column."""
+  preset = "squares (squares+spt)" if spt else "squares"
   pairs = [(r["test_accuracy"], r["published"]) for r in rows
-           if r["preset"] == "squares" and r["published"] is not None
+           if r["preset"] == preset and r["published"] is not None
            and r["test_accuracy"] is not None and r["source"] in RUN_SOURCES]
   if len(pairs) < 3:
-    return (f"Rank correlation with the published Pathfinder column: needs 3 mixers with both, "
-            f"{len(pairs)} so far.")
+    return (f"Rank correlation of {column} with the published Pathfinder column: needs 3 "
+            f"mixers with both, {len(pairs)} so far.")
   rho = spearman([a for a, _ in pairs], [b for _, b in pairs])
   return (f"Spearman's rank correlation between {column} and the published Pathfinder "
           f"column, over the {len(pairs)} mixers with both: {rho:+.2f}.")

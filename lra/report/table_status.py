@@ -52,6 +52,10 @@ class Status:
     """The rows of `preset` itself on `task` (no settings of their own)."""
     return [r for r in self.rows.get(task, []) if r["preset"] == preset]
 
+  def _spt(self, task: str, preset: str) -> list[Row]:
+    """The fine-tunes from self-pretraining of `preset` on `task` (no other settings)."""
+    return [r for r in self.rows.get(task, []) if r["preset"] == f"{preset} ({preset}+spt)"]
+
   def _of_builtin(self, rows: list[Row]) -> str:
     """"all 15 built-in mixers", or "3 of the 15 built-in mixers" (and any others, counted)."""
     builtin = {r["mixer"] for r in rows} & set(self.mixers)
@@ -139,6 +143,36 @@ class Status:
     return text + ". " + _squares_rank_line(self.rows.get("pathfinder", []),
                                             column="the squares column")
 
+  def spt(self, brief: bool) -> str:
+    """What self-pretraining changed on each CPU preset it ran on: how many of the mixers with
+    both rows leave chance with it and from scratch, and the squares column's rank correlation.
+    "" before any fine-tune is complete."""
+    presets = (("pathfinder", "squares", "squares"), ("listops", "laptop", "ListOps `laptop`"),
+               ("pathfinder", "laptop", "LRA's Pathfinder (`laptop`, 1,024 pixels)"))
+    parts = []
+    for task, preset, title in presets:
+      spt = self._spt(task, preset)
+      if not spt:
+        continue
+      scratch = {r["mixer"]: r for r in self._task(task, preset)}
+      both = [r for r in spt if r["mixer"] in scratch]
+      text = f"{title}: {len(spt)} mixer(s) complete"
+      if both:
+        text += (f"; of the {len(both)} with a from-scratch row, "
+                 f"{sum(not r['at_chance'] for r in both)} leave chance with SPT and "
+                 f"{sum(not scratch[r['mixer']]['at_chance'] for r in both)} from scratch")
+      if not brief:
+        text += f" ({_budget(spt)} of fine-tuning): {_scores(spt)}"
+      if preset == "squares":
+        text += ". " + _squares_rank_line(self.rows.get(task, []), "the squares SPT column",
+                                          spt=True).removesuffix(".")
+      parts.append(text)
+    if not parts:
+      return ""
+    return ("**Self-pretraining (SPT) on a CPU** (`lra pretrain`, then `lra run --init-from`; "
+            "pretraining and fine-tuning together the from-scratch steps): " + "; ".join(parts)
+            + ".")
+
   def synthetic(self) -> str:
     rows = self.rows.get("synthetic", [])
     head = ("**synthetic** (`lra run synthetic MIXER`, preset `paper`: the class is the (first, "
@@ -213,6 +247,8 @@ class Status:
   def readme_block(self) -> str:
     """The README's short status: ListOps, the squares column, what is not run yet."""
     lines = [self.listops(brief=True), self.squares(brief=True)]
+    if self.spt(brief=True):
+      lines.append(self.spt(brief=True))
     lines.append((self.not_run() + " " if self.not_run() else "")
                  + "The whole status: [docs/status.md](docs/status.md).")
     body = "\n".join(f"- {line}" for line in lines)
@@ -221,7 +257,7 @@ class Status:
   def page_block(self) -> str:
     """docs/status.md's figures, one paragraph per task or kind of run."""
     lines = [self.listops(brief=False), self.pathfinder(), self.squares(brief=False),
-             self.synthetic(), self.paper_rows(), self.not_run(next_row=not self.ledger)]
+             self.spt(brief=False), self.synthetic(), self.paper_rows(), self.not_run(next_row=not self.ledger)]
     body = "\n".join(f"- {line}" for line in lines if line)
     return f"{PAGE_MARKERS[0]}\n{_GENERATED}\n\n{body}\n\n{PAGE_MARKERS[1]}"
 

@@ -285,10 +285,12 @@ def _build(results_dir: Path, published_csv: Path = REFERENCE_CSV,
            committed: Path | None = None) -> tuple[dict[str, str], dict[str, Any]]:
   """build's files, and what the README's blocks are made of: `readme`, the results block's
   body, and `task_rows`, {task: task_rows} for the status (lra.report.table_status)."""
-  runs = results.load_runs(results_dir)
+  # Self-pretraining runs score hidden tokens, not the task: no row of an accuracy table.
+  runs = classifiers(results.load_runs(results_dir))
   complete = runs[runs["status"] == "complete"]
   summary = results.summarize(complete).assign(source=OURS)
-  theirs = results.load_runs(committed, status="complete") if committed else complete[:0]
+  theirs = (classifiers(results.load_runs(committed, status="complete")) if committed
+            else complete[:0])
   if len(theirs):
     summary = pd.concat([summary, results.summarize(theirs).assign(source=COMMITTED)],
                         ignore_index=True)
@@ -329,6 +331,11 @@ def _build(results_dir: Path, published_csv: Path = REFERENCE_CSV,
                                     r["task"] == "pathfinder" for r in cpu_rows) else ""))
                             + (f"\n{note}\n" if note else "") + (extra + "\n" if extra else ""))
   return files, {"readme": table_markdown.readme_body(rows, cpu_rows), "task_rows": by_task}
+
+
+def classifiers(runs: pd.DataFrame) -> pd.DataFrame:
+  """The runs that classify (every run before self-pretraining, and every fine-tune)."""
+  return runs[runs["objective"].fillna("classify") != "denoise"]
 
 
 # The CNN probe's run on the laptop's own Pathfinder set: what a CPU reached on that task.

@@ -1,0 +1,245 @@
+"""Self-pretraining (SPT): what is hidden, what the loss reads, what a fine-tune starts from, what it
+refuses, and that both phases are runs like any other (exact resume, many devices, own mixers).
+
+Numerical precision: the equality checks here compare parameters and losses computed by the same
+program on the same device (bit-exact); the two-device check allows float32 reduction order
+(rel 2e-4, as tests/test_scale.py).
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import serialization
+
+from lra import run
+from lra.cli import main
+from lra.models.build import build_model
+from lra.models.encoder import token_mask
+from lra.runs import best_params
+from lra.runs.writers import read_metrics
+from lra.tasks.contract.batches import example_noise
+from lra.tasks.contract.spec import TaskSpec
+from lra.training import init_from, objectives, train
+
+ROOT = Path(__file__).resolve().parents[1]
+SHORT = ["train.num_steps=8", "eval.every_steps=4", "checkpoint.every_steps=2",
+         "train.log_every_steps=1"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  root = tmp_path_factory.mktemp("data")
+  run.load_data(run.resolve_config("listops", "latte", "smoke"), root, log=lambda _: None)
+  return root
+
+
+@pytest.fixture(scope="module")
+def pretrained(data_dir, tmp_path_factory):
+  """A complete smoke pretraining run of Latte on ListOps (8 steps)."""
+  run_dir = tmp_path_factory.mktemp("spt") / "pretrain"
+  result = run.run("listops", "latte", preset="smoke", overrides=["objective=denoise", *SHORT],
+                   data_dir=data_dir, run_dir=run_dir, progress=False)
+  assert result["status"] == "complete" and result["objective"] == "denoise"
+  return run_dir
+
+
+def _denoiser_output(config_overrides, spec, batch):
+  config = run.resolve_config("listops", "latte", "smoke", ["objective=denoise",
+                                                            *config_overrides])
+  model = build_model(config, spec)
+  variables = model.init(jax.random.PRNGKey(0), batch, deterministic=True)
+  return model.apply(variables, batch, deterministic=True)
+
+
+def test_hidden_tokens_are_the_ratio_of_real_tokens_and_never_pads():
+  spec = TaskSpec(vocab_size=16, seq_len=128, num_classes=10)
+  rng = np.random.default_rng(0)
+  lengths = rng.integers(1, 129, size=64)
+  mask = np.arange(128)[None] < lengths[:, None]
+  batch = {"inputs": np.where(mask, rng.integers(1, 16, (64, 128)), 0).astype(np.int32),
+           "mask": mask, "weight": np.ones(64, np.float32),
+           "noise": example_noise(np.arange(64), 128, seed=7, step=3)}
+  for ratio in (0.1, 0.5):
+    _, _, hidden, _ = _denoiser_output([f"spt.mask_ratio={ratio}"], spec, batch)
+    hidden = np.asarray(hidden)
+    assert not np.any(hidden & ~mask)  # pads are never hidden
+    real = int(mask.sum())
+    share = hidden.sum() / real
+    assert abs(share - ratio) < 4 * np.sqrt(ratio * (1 - ratio) / real), (ratio, share)
+
+
+def test_the_noise_is_the_examples_own_whatever_the_batch():
+  """An example's hidden tokens depend on (seed, step, example) only: not on its batch-mates,
+  its row, the padding, or whether it is drawn again at another step."""
+  together = example_noise(np.array([5, 9]), 64, seed=1, step=4)
+  assert np.array_equal(example_noise(np.array([9]), 64, seed=1, step=4)[0], together[1])
+  assert not np.array_equal(example_noise(np.array([9]), 64, seed=1, step=5)[0], together[1])
+  # Evaluation (no step) draws the same noise every time.
+  assert np.array_equal(example_noise(np.array([9]), 64, 1, None),
+                        example_noise(np.array([9]), 64, 1, None))
+
+
+def test_patches_hide_whole_squares_read_from_their_first_pixel():
+  patch, side = 4, 8
+  mask = jnp.ones((1, side * side), bool)
+  noise = np.ones((1, side * side), np.float32)
+  noise[0, 0] = 0.0  # the first pixel of the first 4x4 square
+  assert token_mask(mask, patch).shape == (1, 4)
+  from lra.models.encoder import token_values  # pylint: disable=import-outside-toplevel
+  first = token_values(jnp.asarray(noise), patch)[..., 0]
+  assert np.asarray(first < 0.5).tolist() == [[True, False, False, False]]
+
+
+@pytest.mark.parametrize("loss", ["ce", "l1"])
+def test_the_loss_reads_hidden_real_tokens_only(loss):
+  rng = np.random.default_rng(1)
+  n, t, p = 4, 10, 2
+  outputs = 7 if loss == "ce" else 1
+  predictions = jnp.asarray(rng.normal(size=(n, t, p, outputs)), jnp.float32)
+  values = rng.integers(0, 7, (n, t, p)).astype(np.int32)
+  hidden = rng.random((n, t)) < 0.4
+  hidden[0, 0], hidden[0, 1] = True, False
+  weight = np.ones(n, np.float32)
+  weight[3] = 0.0  # a filler row of an eval batch
+  hidden[3, :] = True
+  base = objectives.denoising_sums((predictions, values, jnp.asarray(hidden), weight), loss)
+  assert float(base["count"]) == hidden[:3].sum()
+
+  def changed(row, column):
+    other = values.copy()
+    other[row, column] = (other[row, column] + 3) % 7
+    return objectives.denoising_sums((predictions, other, jnp.asarray(hidden), weight), loss)
+
+  # An unhidden token's value, or any value of a weight-0 row, changes nothing.
+  for row, column in ((0, 1), (3, 4)):
+    assert all(float(changed(row, column)[k]) == float(base[k]) for k in base)
+  # A hidden one changes the loss.
+  assert float(changed(0, 0)["loss_sum"]) != float(base["loss_sum"])
+
+
+def test_a_fine_tune_starts_from_the_pretrained_encoder_and_a_fresh_head(pretrained, data_dir):
+  config = run.resolve_config("listops", "latte", "smoke", [f"spt.init_from={pretrained}"])
+  data = run.load_data(config, data_dir)
+  s = train.setup(config, data.spec)
+  fresh = train.init_state(s, data.spec, config.train.seed)
+  loaded, record = init_from.load(fresh, config, train.data_record(data.meta))
+  best = Path(pretrained) / "checkpoints" / "best"
+  step = max(int(p.name) for p in best.iterdir())
+  saved = serialization.msgpack_restore(best_params.from_orbax(best / str(step)))["params"]
+  encoder = {k: v for k, v in saved["encoder"].items() if k != "mask_token"}
+  same = jax.tree.map(lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))),
+                      dict(loaded.params["encoder"]), encoder)
+  assert all(jax.tree.leaves(same))
+  for head in set(fresh.params) - {"encoder"}:  # the classifier's own: as a fresh init made it
+    assert all(jax.tree.leaves(jax.tree.map(np.array_equal, loaded.params[head],
+                                            fresh.params[head])))
+  assert record["step"] == step and record["status"] == "complete"
+  assert len(record["params_sha256"]) == 64
+
+
+def test_a_mismatched_or_unfinished_pretraining_is_refused_in_one_line(pretrained, data_dir,
+                                                                        tmp_path, capsys):
+  common = ["run", "listops", "latte", "--preset", "smoke", "--data-dir", str(data_dir),
+            "--run-dir", str(tmp_path / "ft"), "--init-from", str(pretrained), "--quiet"]
+  assert main([*common, "--config.model.dim=16"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and "model.dim is 32 there and 16 here" in err, err
+  final = pretrained / "final.json"
+  record = json.loads(final.read_text())
+  final.write_text(json.dumps({**record, "status": "interrupted", "step": 4}))
+  try:
+    assert main(common) == 2
+    assert "--allow-partial" in capsys.readouterr().err
+  finally:
+    final.write_text(json.dumps(record))
+  assert not (tmp_path / "ft").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("phase", ["pretrain", "spt"])
+def test_each_phase_resumes_exactly_after_a_stop(phase, pretrained, data_dir, tmp_path,
+                                                 step_clock, monkeypatch):
+  overrides = (["objective=denoise"] if phase == "pretrain"
+               else [f"spt.init_from={pretrained}"]) + SHORT
+  whole = run.run("listops", "latte", preset="smoke", overrides=overrides, data_dir=data_dir,
+                  run_dir=tmp_path / "whole", progress=False)
+  step_clock()
+  stopped = run.run("listops", "latte", preset="smoke", overrides=overrides, data_dir=data_dir,
+                    run_dir=tmp_path / "parts", progress=False, stop_after_s=14.0)
+  monkeypatch.undo()
+  assert stopped["status"] == "interrupted" and 0 < stopped["step"] < 8
+  loads = []
+  monkeypatch.setattr(init_from, "load", lambda *a, **k: loads.append(1) or None)
+  resumed = run.run("listops", "latte", preset="smoke", overrides=overrides, data_dir=data_dir,
+                    run_dir=tmp_path / "parts", progress=False)
+  assert not loads  # a resumed fine-tune continues its own state, never the pretrained one
+  rows = [[{k: v for k, v in r.items() if k != "train/steps_per_s"}
+           for r in read_metrics(d / "metrics.jsonl")] for d in (tmp_path / "whole",
+                                                                tmp_path / "parts")]
+  assert rows[0] == rows[1]
+  for key in ("status", "best_step", "val_accuracy", "val_loss", "test_accuracy", "pretrained"):
+    assert resumed.get(key) == whole.get(key), key
+
+
+def test_two_devices_pretrain_as_one(pretrained, data_dir, tmp_path):
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=2 "
+                       "--xla_cpu_multi_thread_eigen=false")
+  proc = subprocess.run(
+      [sys.executable, "-m", "lra", "pretrain", "listops", "latte", "--preset", "smoke", "--quiet",
+       "--data-dir", str(data_dir), "--run-dir", str(tmp_path / "two"),
+       *(f"--config.{o}" for o in SHORT)], cwd=ROOT, env=env, capture_output=True, text=True,
+      timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr
+  assert json.loads((tmp_path / "two" / "final.json").read_text())["num_devices"] == 2
+  one, two = (read_metrics(d / "metrics.jsonl") for d in (pretrained, tmp_path / "two"))
+  assert [sorted(r) for r in one] == [sorted(r) for r in two]
+  for a, b in zip(one, two):
+    for key in a:
+      if key != "train/steps_per_s":
+        assert b[key] == pytest.approx(a[key], rel=2e-4, abs=1e-5), (key, a["step"])
+
+
+def test_own_mixer_file_pretrains_and_fine_tunes(data_dir, tmp_path, monkeypatch):
+  from test_own_mixer import MEAN_GATE  # pylint: disable=import-outside-toplevel
+  layer = tmp_path / "my_layers" / "mean_gate.py"
+  layer.parent.mkdir()
+  layer.write_text(MEAN_GATE)
+  monkeypatch.chdir(tmp_path)
+  spec = "my_layers/mean_gate.py:MeanGate"
+  common = ["listops", spec, "--preset", "smoke", "--data-dir", str(data_dir), "--quiet",
+            "--results-dir", str(tmp_path / "results")]
+  assert main(["pretrain", *common]) == 0
+  runs = tmp_path / "results" / "runs" / "listops"
+  [pre] = list(runs.glob("MeanGate@*/smoke+pretrain_seed0"))
+  assert main(["run", *common, "--init-from", str(pre)]) == 0
+  final = json.loads((pre.parent / "smoke+spt_seed0" / "final.json").read_text())
+  assert final["status"] == "complete" and final["pretrained"]["step"] > 0
+
+
+def test_rope_scores_depend_on_the_offset_only_and_pads_change_nothing(highest_precision):
+  from lra.models.mixers.rope import rotate_queries_and_keys  # pylint: disable=import-outside-toplevel
+  from lra.models.mixers.softmax import SoftmaxMixer  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  q = jnp.broadcast_to(jnp.asarray(rng.normal(size=(1, 1, 2, 8)), jnp.float32), (1, 12, 2, 8))
+  k = jnp.broadcast_to(jnp.asarray(rng.normal(size=(1, 1, 2, 8)), jnp.float32), (1, 12, 2, 8))
+  rq, rk = rotate_queries_and_keys(q, k, "softmax")
+  scores = np.asarray(jnp.einsum("bthd,bshd->bhts", rq, rk))[0, 0]
+  for offset in range(-3, 4):  # the same offset, the same score, wherever the pair sits
+    diagonal = np.diagonal(scores, offset)
+    np.testing.assert_allclose(diagonal, diagonal[0], rtol=1e-5, atol=1e-5)
+  assert not np.allclose(np.diagonal(scores, 0)[0], np.diagonal(scores, 2)[0])
+  # Pads: a sequence padded further gives its real tokens the same outputs.
+  mixer = SoftmaxMixer(dim=16, num_heads=2, max_len=12, rope=True)
+  x = jnp.asarray(rng.normal(size=(1, 12, 16)), jnp.float32)
+  short = jnp.arange(12)[None] < 7
+  params = mixer.init(jax.random.PRNGKey(0), x, short, deterministic=True)
+  y, _ = mixer.apply(params, x, short, deterministic=True)
+  y_cut, _ = mixer.apply(params, x[:, :9], short[:, :9], deterministic=True)
+  np.testing.assert_allclose(np.asarray(y[:, :7]), np.asarray(y_cut[:, :7]), rtol=1e-5,
+                             atol=1e-6)
