@@ -1,5 +1,5 @@
-"""Self-pretraining (SPT): what is hidden, what the loss reads, what a fine-tune starts from, what it
-refuses, and that both phases are runs like any other (exact resume, many devices, own mixers).
+"""Self-pretraining (SPT): what is hidden, what the loss reads, what a fine-tune starts from, what
+it refuses, and that both phases are runs like any other (exact resume, many devices, own mixers).
 
 Numerical precision: the equality checks here compare parameters and losses computed by the same
 program on the same device (bit-exact); the two-device check allows float32 reduction order

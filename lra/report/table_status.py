@@ -257,7 +257,8 @@ class Status:
   def page_block(self) -> str:
     """docs/status.md's figures, one paragraph per task or kind of run."""
     lines = [self.listops(brief=False), self.pathfinder(), self.squares(brief=False),
-             self.spt(brief=False), self.synthetic(), self.paper_rows(), self.not_run(next_row=not self.ledger)]
+             self.spt(brief=False), self.synthetic(), self.paper_rows(),
+             self.not_run(next_row=not self.ledger)]
     body = "\n".join(f"- {line}" for line in lines if line)
     return f"{PAGE_MARKERS[0]}\n{_GENERATED}\n\n{body}\n\n{PAGE_MARKERS[1]}"
 
