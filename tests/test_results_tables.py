@@ -658,3 +658,39 @@ def test_spt_rows_stand_in_their_own_column_and_pretraining_runs_in_no_table(tmp
   status = table_status.Status(made["task_rows"], res).spt(brief=True)
   assert "of the 4 with a from-scratch row, 3 leave chance with SPT and 1 from scratch" in status
   assert "between the squares SPT column and the published Pathfinder column, over the" in status
+
+
+def test_sweep_spt_plans_each_pretraining_before_its_fine_tune_and_chains_the_arrays(
+    tmp_path, capsys):
+  res = tmp_path / "results"
+  jobs = sweep.plan(["listops"], ["latte", "softmax"], [0, 1], preset="smoke", results_dir=res,
+                    spt=True)
+  assert [(j.mixer, j.seed, j.phase) for j in jobs] == [
+      (m, s, p) for m in ("latte", "softmax") for s in (0, 1) for p in ("pretrain", "spt")]
+  for pre, tune in zip(jobs[::2], jobs[1::2]):
+    assert pre.argv[0] == "pretrain" and pre.run_dir.name == f"smoke+pretrain_seed{pre.seed}"
+    assert tune.argv[:2] == ("run", "listops") and tune.run_dir.name == f"smoke+spt_seed{pre.seed}"
+    assert tune.argv[tune.argv.index("--init-from") + 1] == str(pre.run_dir)
+  out = tmp_path / "spt.sbatch"
+  assert main(["sweep", "--tasks", "listops", "--mixers", "latte", "softmax", "--seeds", "0", "1",
+               "--preset", "smoke", "--spt", "--results-dir", str(res), "--emit", "slurm",
+               "--out", str(out)]) == 0
+  submit = out.read_text()
+  assert "--dependency=aftercorr:" in submit and "sleep" not in submit
+  assert subprocess.run(["bash", "-n", str(out)]).returncode == 0
+
+  def commands(path):
+    text = path.read_text()
+    listing = text.split("set -euo pipefail")[1].split('echo "')[0]
+    got = subprocess.run(["bash", "-c", listing.replace('cd "${SLURM_SUBMIT_DIR:-.}"', "")
+                          + 'printf "%s\\n" "${COMMANDS[@]}"'], capture_output=True, text=True)
+    return got.stdout.splitlines()
+  # Array task i of the fine-tunes is the fine-tune of pretraining task i (aftercorr pairs them).
+  pre, tune = (commands(tmp_path / f"spt.{name}.sbatch") for name in ("pretrain", "finetune"))
+  assert len(pre) == len(tune) == 4
+  for a, b in zip(pre, tune):
+    mixer = a.split("-m lra pretrain listops ")[1].split()[0]
+    seed = a.split("--config.train.seed=")[1].split()[0]
+    assert b.split("-m lra run listops ")[1].split()[0] == mixer
+    assert f"--init-from {res}/runs/listops/{mixer}/smoke+pretrain_seed{seed} " in b
+    assert f"--config.train.seed={seed} " in b

@@ -3,10 +3,14 @@
 A run's state comes from its directory: complete (skipped), diverged (skipped: rerunning resumes
 into the same divergence), partial (its command resumes from the latest checkpoint) or new. A
 pending run whose data is not prepared is named in a warning before anything is emitted or run.
+With --spt each (task, mixer, seed) is two runs: `lra pretrain`, then the fine-tune `lra run
+--init-from` its folder; a Slurm sweep is then two arrays, the second waiting on the first task
+by task (`--dependency=aftercorr`), submitted together by one script.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import subprocess
@@ -17,7 +21,8 @@ from pathlib import Path
 
 from lra import errors
 from lra.cli.common import LOCAL_RESULTS, add_command
-from lra.cli.slurm import DEFAULT_TIME, STOP_BEFORE_LIMIT_S, current_env_activate, slurm_script
+from lra.cli.slurm import (DEFAULT_TIME, STOP_BEFORE_LIMIT_S, current_env_activate, slurm_script,
+                           spt_submit_script)
 from lra.runs.command import MIXER_HELP
 from lra.runs.config_loading import (data_cache_dir, default_data_dir, default_run_dir,
                                      missing_data, resolve_config, unused_overrides)
@@ -48,6 +53,7 @@ class Job:
   argv: tuple[str, ...]  # arguments after `lra`
   mixer_key: str = ""  # the name its config block has (an outside mixer's class name)
   data_missing: str | None = None  # how to make its data, when it is not prepared
+  phase: str = ""  # "" (from scratch) | "pretrain" | "spt" (its fine-tune), run_identity.phase
 
   @property
   def pending(self) -> bool:
@@ -70,9 +76,10 @@ def run_state(run_dir: Path) -> str:
 
 def plan(tasks: Sequence[str], mixers: Sequence[str], seeds: Sequence[int], *, preset: str,
          results_dir: Path, data_dir: Path | None = None,
-         overrides: Sequence[str] = ()) -> list[Job]:
+         overrides: Sequence[str] = (), spt: bool = False) -> list[Job]:
   """Every (task, mixer, seed) in that order, with its run dir (lra run's default) and state;
-  `mixers` may name groups (`builtin`, `all`: expand_mixers)."""
+  `mixers` may name groups (`builtin`, `all`: expand_mixers). With `spt`, each is a pretraining
+  job followed by its fine-tune (from the pretraining's folder)."""
   mixers = expand_mixers(mixers)
   if any(o.split("=")[0].strip() == "train.seed" for o in overrides):
     raise errors.BadValue("lra sweep sets train.seed from --seeds; drop --config.train.seed=... "
@@ -82,24 +89,46 @@ def plan(tasks: Sequence[str], mixers: Sequence[str], seeds: Sequence[int], *, p
     for mixer in mixers:
       for seed in seeds:
         settings = [f"train.seed={seed}", *overrides]
-        config = resolve_config(task, mixer, preset, settings)
-        run_dir = default_run_dir(config, results_dir)
-        argv = ["run", task, mixer, "--preset", preset, "--results-dir", str(results_dir)]
-        if data_dir is not None:
-          argv += ["--data-dir", str(data_dir)]
-        argv += [f"--config.{o}" for o in settings]
-        hint = missing_data(config, data_dir)
-        missing = hint and (f"no prepared data at "
-                            f"{data_cache_dir(config, data_dir or default_data_dir())}: {hint}")
-        jobs.append(Job(task, mixer, seed, run_dir, run_state(run_dir), tuple(argv),
-                        config.model.mixer, missing))
+        phases = [("", [])] if not spt else [("pretrain", ["objective=denoise"])]
+        for phase, extra in phases:
+          config = resolve_config(task, mixer, preset, [*settings, *extra])
+          run_dir = default_run_dir(config, results_dir)
+          jobs.append(_job(task, mixer, seed, preset, config, run_dir, settings, results_dir,
+                           data_dir, phase))
+          if phase == "pretrain":  # its fine-tune starts from this folder
+            tune = resolve_config(task, mixer, preset, [*settings, f"spt.init_from={run_dir}"])
+            jobs.append(_job(task, mixer, seed, preset, tune, default_run_dir(tune, results_dir),
+                             settings, results_dir, data_dir, "spt", init_from=run_dir))
   return jobs
 
 
+def _job(task: str, mixer: str, seed: int, preset: str, config, run_dir: Path,
+         settings: Sequence[str], results_dir: Path, data_dir: Path | None, phase: str,
+         init_from: Path | None = None) -> Job:
+  """The job of one run: its `lra` words (`pretrain` for a pretraining run), state and data."""
+  argv = ["pretrain" if phase == "pretrain" else "run", task, mixer, "--preset", preset,
+          "--results-dir", str(results_dir)]
+  if data_dir is not None:
+    argv += ["--data-dir", str(data_dir)]
+  if init_from is not None:
+    argv += ["--init-from", str(init_from)]
+  argv += [f"--config.{o}" for o in settings]
+  hint = missing_data(config, data_dir)
+  missing = hint and (f"no prepared data at "
+                      f"{data_cache_dir(config, data_dir or default_data_dir())}: {hint}")
+  return Job(task, mixer, seed, run_dir, run_state(run_dir), tuple(argv), config.model.mixer,
+             missing, phase)
+
+
 def run_jobs(jobs: Sequence[Job], python: str = sys.executable) -> list[Job]:
-  """Runs the pending jobs one after another in fresh processes; returns the ones that failed."""
+  """Runs the pending jobs one after another in fresh processes; returns the ones that failed.
+  A fine-tune whose pretraining failed here is not started (it would be refused)."""
   failed = []
   for job in (j for j in jobs if j.pending):
+    if job.phase == "spt" and any(f.phase == "pretrain" and (f.task, f.mixer, f.seed) ==
+                                  (job.task, job.mixer, job.seed) for f in failed):
+      failed.append(job)
+      continue
     print(f"lra sweep: {job.command()}  [{job.state}]", file=sys.stderr, flush=True)
     if subprocess.run([python, "-m", "lra", *job.argv]).returncode != 0:
       failed.append(job)
@@ -113,7 +142,8 @@ def add_parser(commands) -> None:
       description="Plans `lra run TASK MIXER --preset P --config.train.seed=S` for every task, "
       "mixer and seed, names the runs whose data is not prepared, then prints the pending "
       "commands (default), runs them one by one (--run), or writes a Slurm array job "
-      "(--emit slurm). Any --config.KEY=VALUE applies to every run.",
+      "(--emit slurm). Any --config.KEY=VALUE applies to every run. --spt: each run is "
+      "self-pretraining (`lra pretrain`) then its fine-tune (`lra run --init-from`).",
       epilog="On a cluster: lra sweep --tasks listops --mixers latte softmax --seeds 0 1 2 "
       "--data-dir /shared/lra --emit slurm --time 08:00:00 --sbatch=--gres=gpu:1, then "
       "sbatch lra_sweep.sbatch from the same folder.")
@@ -126,6 +156,9 @@ def add_parser(commands) -> None:
                       help="one run per seed, each in its own _seedN folder (default 0)")
   parser.add_argument("--preset", default="paper", help="the preset of every run (default "
                       "paper)")
+  parser.add_argument("--spt", action="store_true", help="self-pretraining: each (task, mixer, "
+                      "seed) is `lra pretrain` then `lra run --init-from` its folder, for the "
+                      "preset's SPT budget (spt.*)")
   parser.add_argument("--data-dir", type=Path, help="prepared data root the runs read (default "
                       "$LRA_DATA_DIR or ~/.cache/lra); on a cluster, a folder every node sees")
   parser.add_argument("--results-dir", type=Path, default=LOCAL_RESULTS,
@@ -154,7 +187,8 @@ def add_parser(commands) -> None:
 def main(args: argparse.Namespace, overrides: Sequence[str]) -> int:
   """`lra sweep`: plans the runs, then prints, runs or emits them."""
   jobs = plan(args.tasks, args.mixers, args.seeds, preset=args.preset,
-              results_dir=args.results_dir, data_dir=args.data_dir, overrides=overrides)
+              results_dir=args.results_dir, data_dir=args.data_dir, overrides=overrides,
+              spt=args.spt)
   pending = [j for j in jobs if j.pending]
   summary = ", ".join(f"{sum(j.state == s for j in jobs)} {s}"
                       for s in ("new", "partial", "complete", "diverged"))
@@ -174,8 +208,11 @@ def main(args: argparse.Namespace, overrides: Sequence[str]) -> int:
       print("lra sweep: nothing to run, no script written", file=sys.stderr)
       return 0
     activate = None if str(args.env_activate) == "none" else args.env_activate
-    args.out.write_text(slurm_script(jobs, args.sbatch, "python" if activate else sys.executable,
-                                     time=args.time, env_activate=activate))
+    python = "python" if activate else sys.executable
+    if args.spt:
+      return _emit_spt(jobs, args, python, activate)
+    args.out.write_text(slurm_script(jobs, args.sbatch, python, time=args.time,
+                                     env_activate=activate))
     print(f"wrote {args.out}: sbatch {args.out}  ({len(pending)} array tasks)")
     return 0
   if args.run:
@@ -186,4 +223,25 @@ def main(args: argparse.Namespace, overrides: Sequence[str]) -> int:
     return 1 if failed else 0
   for job in pending:
     print(job.command() + ("  # resumes" if job.state == "partial" else ""))
+  return 0
+
+
+def _emit_spt(jobs: Sequence[Job], args: argparse.Namespace, python: str,
+              activate: Path | None) -> int:
+  """Two array scripts, pretraining and fine-tuning, task i of the second for the run of task i
+  of the first (every pair listed, so the indices agree: a complete run's task ends at once), and
+  a script that submits them, the second with --dependency=aftercorr on the first: fine-tune i
+  starts when pretraining i has ended well, and never without it."""
+  stem = args.out.with_suffix("")
+  scripts = {}
+  for phase in ("pretrain", "spt"):
+    every = [dataclasses.replace(j, state="partial") for j in jobs if j.phase == phase]
+    path = stem.with_name(f"{stem.name}.{'finetune' if phase == 'spt' else phase}.sbatch")
+    path.write_text(slurm_script(every, args.sbatch, python, time=args.time,
+                                 env_activate=activate))
+    scripts[phase] = path
+  args.out.write_text(spt_submit_script(scripts["pretrain"], scripts["spt"]))
+  count = sum(j.phase == "pretrain" for j in jobs)
+  print(f"wrote {scripts['pretrain']}, {scripts['spt']} ({count} array tasks each) and "
+        f"{args.out}: bash {args.out}")
   return 0

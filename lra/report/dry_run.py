@@ -23,12 +23,15 @@ import ml_collections
 
 from lra.runs import run_identity
 from lra.runs.config_loading import (data_cache_dir, default_data_dir, default_run_dir, mixer_label,
-                                     missing_data, preset_reference, resolve_config)
+                                     missing_data, phase_overrides, preset_reference,
+                                     resolve_config)
 from lra.configs import common
 
 DEFAULT, PRESET, COMMAND_LINE = "default", "preset", "command line"
-# What the command's own words choose (TASK, MIXER, --preset), not a setting.
-NAMED_BY_COMMAND = ("task", "preset", "model.mixer")
+# What the command's own words choose (TASK, MIXER, --preset; `lra pretrain`, --init-from,
+# --allow-partial), not a setting.
+NAMED_BY_COMMAND = ("task", "preset", "model.mixer", "objective", "spt.init_from",
+                    "spt.allow_partial")
 
 
 @contextlib.contextmanager
@@ -57,8 +60,9 @@ def sources(task: str, mixer: str, preset: str,
   """
   config = resolve_config(task, mixer, preset, overrides)
   base: list[dict[str, Any]] = []
-  with _base_configs(base):
-    preset_config = run_identity.flatten(resolve_config(task, mixer, preset).to_dict())
+  with _base_configs(base):  # the preset in the run's SPT phase: its budget is the preset's
+    preset_config = run_identity.flatten(resolve_config(
+        task, mixer, preset, phase_overrides(config.to_dict())).to_dict())
   defaults = base[0] if base else {}
   flat = run_identity.flatten(config.to_dict())
   own = f"mixers.{config.model.mixer}."
@@ -220,9 +224,11 @@ def costs(config: ml_collections.ConfigDict, overrides: Sequence[str],
   found = [*_from_runs(config, run_folders),
            *_from_bench(config, [folder for _, folder in run_folders]),
            *_from_ledger(config, committed / "ledger.json" if committed else None)]
+  phase = ("objective", "spt.init_from", "spt.allow_partial")  # lra bench times classification
   bench = shlex.join(["lra", "bench", "--epoch", config.task, "--preset", config.preset,
                       "--mixers", config.get("mixer_source", {}).get("spec") or config.model.mixer,
-                      *(f"--config.{o}" for o in overrides)])
+                      *(f"--config.{o}" for o in overrides
+                        if o.partition("=")[0].strip() not in phase)])
   head = f"cost of its {config.train.num_steps:,} steps of batch {config.train.batch_size}"
   hint = (f"`{bench}` times an epoch on this machine, and a run's progress line gives its ETA "
           "within its first 10 s of training")
@@ -272,4 +278,26 @@ def describe(task: str, mixer: str, preset: str, overrides: Sequence[str] = (), 
            f"config ({sum(s != DEFAULT for _, _, s in rows)} of {len(rows)} values set by the "
            "preset or the command line):"]
   lines += [f"  {f'{k} = {v!r}':<{width}}  {s}" for k, v, s in rows]
-  return "\n".join(lines)
+  at = next(i for i, line in enumerate(lines) if line.startswith("config ("))
+  return "\n".join([*lines[:at], *_other_phase(config, overrides, run_dir, results_dir),
+                    *lines[at:]])
+
+
+def _other_phase(config: ml_collections.ConfigDict, overrides: Sequence[str], run_dir: Path,
+                 results_dir: Path) -> list[str]:
+  """Self-pretraining's other phase: for `lra pretrain`, the fine-tune that follows it (its
+  folder, steps and cost); for a fine-tune, the pretraining run it starts from."""
+  phase = run_identity.phase(config.to_dict())
+  if phase == "pretrain":
+    mine = [o for o in overrides if o.partition("=")[0].strip() != "objective"]
+    tune = resolve_config(config.task, config.get("mixer_source", {}).get("spec")
+                          or config.model.mixer, config.preset,
+                          [*mine, f"spt.init_from={run_dir}"])
+    return [f"then its fine-tune: `lra run ... --init-from {run_dir}` into "
+            f"{default_run_dir(tune, results_dir)}",
+            *(f"  {line}" for line in costs(tune, mine, results_dir))]
+  if phase == "spt":
+    start = Path(config.spt.init_from)
+    return [f"starts from: the pretraining run {start} ({_run_folder_state(start)}), its best "
+            "checkpoint's encoder, with a new classifier head"]
+  return []

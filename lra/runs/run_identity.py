@@ -99,12 +99,13 @@ def departures(config: Mapping[str, Any], reference: Mapping[str, Any]) -> list[
 
 
 def config_fingerprint(config: Mapping[str, Any], reference: Mapping[str, Any] | None) -> str:
-  """A short hash of (preset, departures): runs with equal fingerprints are seeds of one
-  experiment, and only those are averaged together. Without a reference (a preset that no longer
-  exists) every setting counts."""
+  """A short hash of (preset, departures, SPT phase): runs with equal fingerprints are seeds of
+  one experiment, and only those are averaged together. Without a reference (a preset that no
+  longer exists) every setting counts. A self-pretraining phase is another experiment than its
+  preset's run from scratch; runs from scratch keep the ids they had before SPT."""
   settings = (departures(config, reference) if reference is not None else
               sorted(f"{k}={_text(v)}" for k, v in _own_settings(config).items()))
-  key = json.dumps([config.get("preset"), settings])
+  key = json.dumps([config.get("preset"), settings, *filter(None, [phase(config)])])
   return hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
