@@ -233,7 +233,8 @@ def base_config(task: str, preset: str, mixer: str, *,
   # Self-pretraining (SPT): `lra pretrain TASK MIXER --preset P` trains `spt.pretrain_steps`
   # steps of denoising with P's model and optimizer; `lra run ... --preset P --init-from RUN`
   # fine-tunes from it for `spt.finetune_steps` steps (0: P's train.num_steps). Each task sets
-  # its masking and each preset its budget, with sources (docs/protocol.md, "Self-pretraining").
+  # its masking and each preset its budget, with sources
+  # (docs/protocol.md, "Self-pretraining (SPT)").
   c.spt = ml_collections.ConfigDict()
   c.spt.mask_ratio = 0.15           # the share of real tokens hidden (independently per token)
   c.spt.loss = "ce"                 # ce: each hidden value's class | l1: pixel values as numbers

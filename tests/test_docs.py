@@ -217,14 +217,14 @@ def test_the_readmes_own_layer_steps_run_from_a_folder_of_ones_own(tmp_path, mon
 
 def test_the_readmes_cluster_example_runs_from_the_sweep_to_the_table(tmp_path, monkeypatch,
                                                                       capsys):
-  """README "On a cluster (Slurm)", as written, in a fresh folder: the `lra sweep` line emits a
-  valid bash script with the time limit, the environment and the shared data; `sbatch --wait`
-  (not run here: no Slurm) blocks until the array has ended, and the `lra` commands after it run
-  and write the tables."""
+  """README "On a GPU or a cluster (Slurm)", as written, in a fresh folder: the `lra sweep` line
+  emits a valid bash script with the time limit, the environment and the shared data; `sbatch
+  --wait` (not run here: no Slurm) blocks until the array has ended, and the `lra` commands after
+  it run and write the tables."""
   from lra.cli import main
   from lra.cli.slurm import current_env_activate
   monkeypatch.chdir(tmp_path)
-  section = _readme_section("On a cluster (Slurm)")
+  section = _readme_section("On a GPU or a cluster (Slurm)")
   sweep_line, submit, *after = _commands(section.split("```bash\n", 1)[1].split("```", 1)[0])
   assert sweep_line[:2] == ["lra", "sweep"] and submit[:2] == ["sbatch", "--wait"]
   assert [c[:2] for c in after] == [["lra", "status"], ["lra", "table"]]
@@ -247,3 +247,26 @@ def test_the_readmes_cluster_example_runs_from_the_sweep_to_the_table(tmp_path, 
     assert main(command[1:]) == 0, command
   assert "| latte (committed) | ListOps | laptop |" in (
       tmp_path / "results/local/tables/lra.md").read_text()
+
+
+def test_the_readmes_self_pretraining_commands_run_as_written(tmp_path, monkeypatch, capsys):
+  """README "Self-pretraining": the two commands as printed (as dry runs: 20,000 steps are for a
+  CPU's afternoon, not a test), the fine-tune's --init-from naming the folder the pretraining
+  run goes to."""
+  from lra.cli import main
+  monkeypatch.chdir(tmp_path)
+  section = _readme_section("Self-pretraining")
+  pretrain, tune = _commands(section.split("```bash\n", 1)[1].split("```", 1)[0])
+  assert pretrain[:2] == ["lra", "pretrain"] and tune[:2] == ["lra", "run"]
+  assert main([*pretrain[1:], "--dry-run"]) == 0
+  out = capsys.readouterr().out
+  folder = tune[tune.index("--init-from") + 1]
+  assert f"run folder: {folder} (new)" in out and "then its fine-tune" in out
+  assert main([*tune[1:], "--dry-run"]) == 0
+  assert f"starts from: the pretraining run {folder}" in capsys.readouterr().out
+
+
+def test_the_readmes_pass_mark_is_the_one_the_code_applies():
+  from lra.report.run_summary import MIXES_AT
+  section = _readme_section("Test your own layer")
+  assert f"pass mark is {100 * MIXES_AT:.0f}% test" in section
