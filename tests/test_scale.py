@@ -20,7 +20,7 @@ import pytest
 from lra.models.build import build_model
 from lra import run
 from lra.machine import distributed
-from lra.training import train
+from lra.training import objectives, train
 from lra.runs.writers import read_metrics
 from lra.tasks.contract.batches import Batching, eval_batches, split_batch, train_batches
 from lra.tasks.contract.cache import PreparedData
@@ -196,7 +196,7 @@ def test_remat_recomputes_blocks_without_changing_the_maths(data_dir, tmp_path):
   grads = {}
   for remat in (False, True):
     _, _, model, state, batch = _smoke_state(tmp_path, data_dir, [f"model.remat={remat}"])
-    loss = lambda p: jnp.sum(train._weighted_metrics(  # noqa: E731
+    loss = lambda p: jnp.sum(objectives.classification_sums(  # noqa: E731
         model.apply({"params": p}, batch, deterministic=True), batch)["loss_sum"])
     # Jitted: one compile costs seconds where the eager backward pass, op by op, cost ~20.
     grads[remat] = jax.jit(jax.grad(loss))(state.params)
