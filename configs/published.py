@@ -129,6 +129,9 @@ def on_a_budget(c: ml_collections.ConfigDict, *, examples: int, evaluations: int
 def _s5(c: ml_collections.ConfigDict, row: S5Row, num_train: int) -> None:
   c.model.block, c.model.s5_gate = "s5", row.gate
   c.model.norm, c.model.bn_momentum = "batch", row.bn_momentum  # every script: --batchnorm=True
+  # BatchNorm's statistics span the batch's rows and positions, pads included: S5's loaders pad
+  # every batch to the task's length, and so do we (lra.training.train.setup refuses the rest).
+  c.data.padding, c.data.bucketing, c.train.grad_accum_steps = "fixed", False, 1
   c.model.num_layers, c.model.dim = row.layers, row.dim
   c.model.dropout = row.dropout
   c.model.final_norm = False

@@ -427,3 +427,23 @@ def test_the_variable_length_tasks_protocol_presets_sort_and_the_dry_run_says_so
                          "length in 4 micro-batches of 16 rows and one update")
   assert dry_run.batching_line(resolve_config("listops", "latte", "smoke")) == (
       "batching: each batch of 16 padded to the task's length, in one piece")
+
+
+@pytest.mark.parametrize("batch, k, devices, fix", [
+    (32, 4, 16, "--config.train.grad_accum_steps=2"),  # Text, Retrieval on 16 devices
+    (64, 4, 32, "--config.train.grad_accum_steps=2"),  # ListOps on 32
+    (32, 4, 64, "run on 32 devices or fewer")])
+def test_micro_batches_that_do_not_divide_over_the_devices_name_a_k_never_a_batch(
+    batch, k, devices, fix, monkeypatch):
+  """The batch size is the protocol's: the fix is another number of micro-batches (the same
+  update), or fewer devices; an evaluation batch is named as what it is."""
+  from lra import errors
+  from lra.machine import distributed
+  monkeypatch.setattr(distributed.jax, "device_count", lambda: devices)
+  with pytest.raises(errors.BadValue) as refused:
+    distributed.check_micro_batches(batch, k)
+  message = str(refused.value)
+  assert fix in message and "--config.train.batch_size" not in message
+  distributed.check_micro_batches(devices * k, k)  # divides: no complaint
+  with pytest.raises(errors.BadValue, match="eval.batch_size=20 must be a multiple of the"):
+    distributed.check_divisible("eval.batch_size", 20, devices)

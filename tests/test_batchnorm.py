@@ -73,17 +73,26 @@ def test_evaluation_uses_running_statistics_so_an_example_scores_alone_as_in_a_b
   assert np.abs(np.asarray(trained_alone[0]) - np.asarray(trained[0])).max() > 1e-3
 
 
-@pytest.mark.parametrize("padding, micro", [("fixed", 2), ("sorted", 1), ("sorted", 2)])
-def test_micro_batches_and_sorted_padding_are_refused_with_batch_norm(padding, micro):
-  """BatchNorm's statistics span the batch's rows and positions: a micro-batch, or a batch cut to
-  its own length, would be normalised by other numbers. One line with the settings that fix it."""
+@pytest.mark.parametrize("padding, micro, bucketing", [
+    ("fixed", 2, False), ("sorted", 1, False), ("sorted", 2, False), ("batch", 1, False),
+    ("batch", 1, True)])
+def test_every_batching_but_whole_fixed_batches_is_refused_with_batch_norm(padding, micro,
+                                                                           bucketing):
+  """BatchNorm's statistics span the batch's rows and positions, pads included: a micro-batch, a
+  batch cut to its own length (sorted or per-batch padding) or one drawn from a length bucket
+  would be normalised by other numbers. One rule, one line with the settings that fix it; an
+  evaluation (lra eval) trains nothing and is not refused."""
   config = _s5_published()
+  assert (config.data.padding, config.data.bucketing) == ("fixed", False)  # the preset keeps it
   with config.unlocked():
     config.train.grad_accum_steps, config.data.padding = micro, padding
+    config.data.bucketing = bucketing
   with pytest.raises(errors.BadValue, match="model.norm=batch") as refused:
     train.setup(config, SPEC)
   assert "\n" not in str(refused.value)
-  assert "--config.train.grad_accum_steps=1 --config.data.padding=fixed" in str(refused.value)
+  assert ("--config.train.grad_accum_steps=1 --config.data.padding=fixed "
+          "--config.data.bucketing=false") in str(refused.value)
+  assert train.setup(config, SPEC, training=False).model is not None
 
 
 def test_a_batch_norm_run_resumes_to_the_same_losses(tmp_path):

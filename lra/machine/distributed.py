@@ -150,10 +150,32 @@ def local_rows(sharding: NamedSharding, global_rows: int) -> tuple[int, int]:
   return start, stop
 
 
+def check_micro_batches(batch_size: int, micro_batches: int) -> None:
+  """A training batch goes to every device in each of its k micro-batches: B must divide by
+  devices x k. The batch size is the protocol's, so the fix offered is another k (the same update
+  in fewer, larger micro-batches), or fewer devices where no k can do."""
+  devices = jax.device_count()
+  if batch_size % (devices * micro_batches) == 0:
+    return
+  fits = [k for k in range(micro_batches, 0, -1) if batch_size % (devices * k) == 0]
+  if fits:
+    raise errors.BadValue(
+        f"train.batch_size={batch_size} cannot be cut into train.grad_accum_steps={micro_batches} "
+        f"micro-batches over {devices} devices (each micro-batch needs a multiple of {devices} "
+        f"rows): pass --config.train.grad_accum_steps={fits[0]} (the same update, "
+        f"{batch_size // fits[0]} rows a micro-batch)")
+  most = max(d for d in range(1, devices + 1) if batch_size % d == 0)
+  raise errors.BadValue(
+      f"train.batch_size={batch_size} cannot be shared by {devices} devices (the protocol's batch "
+      f"is not a multiple of {devices}): run on {most} devices or fewer that divide it")
+
+
 def check_divisible(name: str, batch_size: int, multiple: int) -> None:
+  """An evaluation batch of `name`'s size, shared by `multiple` devices (its size changes no
+  score, so a multiple is the fix)."""
   if batch_size % multiple:
-    raise errors.BadValue(f"{name}={batch_size} must be a multiple of {multiple} (the "
-                          f"{jax.device_count()} devices x gradient accumulation steps); pass e.g. "
+    raise errors.BadValue(f"{name}={batch_size} must be a multiple of the {multiple} devices that "
+                          f"share it; pass e.g. "
                           f"--config.{name}={max(multiple, batch_size // multiple * multiple)}")
 
 

@@ -60,7 +60,7 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
   data = load_data(config, data_dir or default_data_dir())
   if split not in data.meta["splits"]:
     raise errors.BadValue(f"--split must be one of {', '.join(data.meta['splits'])}, got {split!r}")
-  s = train.setup(config, data.spec)
+  s = train.setup(config, data.spec, training=False)
   ckpt = checkpoints.Checkpointer(run_dir, keep=config.checkpoint.keep)
   try:
     try:

@@ -224,24 +224,18 @@ def batching_of(config: ml_collections.ConfigDict) -> Batching:
                   micro_batches=config.train.grad_accum_steps)
 
 
-def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
+def setup(config: ml_collections.ConfigDict, spec: TaskSpec, *, training: bool = True) -> Setup:
   """Checks the batch sizes against the devices, then builds the model and its steps.
 
   The model is built for the task's length T (Linformer's projections, learned positions) also
   when batches are padded to less: a shorter batch reads the first rows of those parameters.
+  `training=False` (lra eval, benchmarks of evaluation) skips the checks of training's batches.
   """
-  tc = config.train
   batches = batching_of(config)
   batches.check(spec.seq_len)
-  if config.model.get("norm") == "batch" and (batches.micro_batches > 1 or batches.sorts):
-    # BatchNorm's statistics span the batch (pads included): a micro-batch, or a batch cut to
-    # its length, is normalised by other numbers, so the update would not be the batch's.
-    raise errors.BadValue(
-        "model.norm=batch normalises each batch by statistics over all its rows and positions, "
-        "which micro-batches and sorted padding would change: pass "
-        "--config.train.grad_accum_steps=1 --config.data.padding=fixed")
-  distributed.check_divisible("train.batch_size", tc.batch_size,
-                              jax.device_count() * tc.grad_accum_steps)
+  if training:
+    check_batchnorm(config, batches)
+    distributed.check_micro_batches(config.train.batch_size, config.train.grad_accum_steps)
   distributed.check_divisible("eval.batch_size", config.eval.batch_size, jax.device_count())
   mesh = distributed.data_mesh()
   model = build_model(config, spec)
@@ -250,6 +244,7 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
                                          dim=config.model.dim, num_heads=config.model.num_heads,
                                          length=model.encoder.mixer_max_len)
   objective = objectives.of(config)
+  tc = config.train
   train_step, eval_step = make_steps(model, mesh, dropout_seed=tc.seed + 1,
                                      dropout_bits=tc.dropout_bits, objective=objective)
   # Seeds from train.seed: the data order (seed), dropout (seed + 1), hidden tokens (seed + 2).
@@ -257,6 +252,25 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec) -> Setup:
                tx=optim.make_optimizer(tc, optim.ssm_params(config)), train_step=train_step,
                eval_step=eval_step, batching=batches, objective=objective,
                noise_seed=tc.seed + 2 if objective.noise else None)
+
+
+def check_batchnorm(config: ml_collections.ConfigDict, batches: Batching) -> None:
+  """BatchNorm's one rule: every batch whole and padded to the task's length. Its statistics span
+  the batch's rows and positions, pads included, so a micro-batch, a batch cut to its own length
+  (padding batch or sorted) or one drawn from a length bucket is normalised by other numbers than
+  the protocol's batch: a run of another model."""
+  if config.model.get("norm") != "batch":
+    return
+  changed = [f"{key}={value}" for key, value, plain in (
+      ("train.grad_accum_steps", batches.micro_batches, 1),
+      ("data.padding", batches.padding, "fixed"), ("data.bucketing", batches.bucketing, False))
+             if value != plain]
+  if changed:
+    raise errors.BadValue(
+        f"model.norm=batch normalises each batch by statistics over all its rows and positions, "
+        f"pads included, which {', '.join(changed)} would change: pass "
+        "--config.train.grad_accum_steps=1 --config.data.padding=fixed "
+        "--config.data.bucketing=false")
 
 
 # ---------------------------------------------------------------------------------------------
