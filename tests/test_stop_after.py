@@ -203,3 +203,25 @@ def test_a_real_run_stops_before_its_limit_and_says_why(tmp_path):
   assert "saved: the same command resumes it" in proc.stdout
   steps = [int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name.isdigit()]
   assert max(steps) == final["step"]
+
+
+def test_programs_not_yet_compiled_are_budgeted_and_their_steps_are_not_typical():
+  """Per-batch padding compiles a program per batch length at its first step: while lengths are
+  left to meet, the next step may cost a compile more; the step that compiled one is not a
+  typical step (it would raise the average every later estimate uses)."""
+  schedule = stop_after.Schedule(num_steps=1000, eval_every=500, checkpoint_every=500,
+                                 log_every=1)
+  clock = Script(0.0)
+  deadline = stop_after.Deadline(1000.0, schedule, started=0.0, clock=clock)
+  deadline.programs(3, compile_s=30.0)
+  deadline.start(0)
+  costs = []
+  for step, took in enumerate((2.0, 1.0, 31.0, 1.0, 31.0, 1.0), start=1):
+    clock.now += took
+    if took > 30:
+      deadline.compiled(step)
+    deadline.should_stop(step)
+    costs.append(deadline.next_cost_s(step))
+  assert deadline.step_s() == 1.0  # the compiling steps left out
+  assert costs[1] - costs[-1] == pytest.approx(30.0)  # two lengths left, then none
+  assert deadline.programs_left == 0

@@ -246,15 +246,23 @@ def place_state(session: Session, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def warm_up(row_args: list[str], spec: dict[str, Any]) -> None:
-  """Compiles the row's train and eval steps as `lra run` will (train.check_fits), filling the
-  persistent compilation cache that the run then reads (child process; no data needed)."""
+  """Compiles the row's train and eval steps as `lra run` will, at every batch length the run
+  can meet (per-batch and sorted padding: each multiple of the pad quantum up to T, one program
+  each; train.check_fits), filling the persistent compilation cache that the run then reads
+  (child process, while the host makes the data; no data needed)."""
   from lra.runs.command import run_config
   from lra.training import train
   from lra.tasks.contract.spec import TaskSpec
   config = run_config(row_args)
   spec = TaskSpec(**spec)
   s = train.setup(config, spec)
-  train.check_fits(config, s, train.init_state(s, spec, config.train.seed), spec)
+  state = train.init_state(s, spec, config.train.seed)
+  quantum = config.data.pad_quantum
+  lengths = ([spec.seq_len] if s.batching.programs(spec.seq_len) == 1 else
+             sorted({min(q, spec.seq_len) for q in range(quantum, spec.seq_len + quantum,
+                                                            quantum)}, reverse=True))
+  for length in lengths:  # T first: its memory check comes before any smaller program
+    train.check_fits(config, s, state, spec, length=length)
 
 
 def metrics_summary(run_dir: Path, after: int) -> dict[str, Any]:

@@ -261,7 +261,8 @@ def _compiled_step(s, state, batches: list[dict[str, Any]], config, spec):
   if batching.micro_batches == 1 and not batching.sorts:
     placed = [s.put(batch, rows) for batch in batches]
     compiled = s.train_step.lower(state, placed[0]).compile()  # the AOT program is what runs
-    return (lambda state, i: compiled(state, placed[i % len(placed)])), state, costs(compiled)
+    return ((lambda state, i: compiled(state, placed[i % len(placed)])), state,
+            {**costs(compiled), "programs": 1})
   step = s.train_step
   micro = [[s.put(m, len(m["label"])) for m in split_batch(batch, batching, spec.seq_len)]
            for batch in batches]
@@ -279,6 +280,7 @@ def _compiled_step(s, state, batches: list[dict[str, Any]], config, spec):
   for name, value in costs(update).items():
     cost[name] = None if value is None or cost[name] is None else cost[name] + len(micro) * value
   cost = {name: None if value is None else value / len(micro) for name, value in cost.items()}
+  cost["programs"] = len(programs) + 1  # each micro-batch length's, and the update's
 
   def run(state, i):
     total = step.zeros(state.params, False)

@@ -14,7 +14,10 @@ final.json `interrupted`, and the same command resumes.
 
 Durations are measured as the run goes, per kind of step; what has not been seen yet is guessed
 high (an evaluation before the first one: a step like the first plus its batches at the train
-step's cost). The host may dispatch steps ahead of the device, so the steps since the last log
+step's cost). Each batch length compiles its own program (per-batch and sorted padding: up to
+ceil(T / pad_quantum) of them), the first when the step runs: while programs are left to meet,
+the next step is budgeted one compile more, and a step that compiled one is kept out of the
+step average. The host may dispatch steps ahead of the device, so the steps since the last log
 point (where the loop waits for the device) count as still to be paid. With several processes a
 stop request rides on the next step's batch and is read one step late (lra.training.train), so two
 more steps run after the deadline asks: `lag=2` budgets them.
@@ -118,6 +121,9 @@ class Deadline:
     self.save_s: float | None = None  # the latest save, beyond its step
     self.both_s: float | None = None  # the latest step that did both
     self._synced = 0  # the last step at which the host waited for the device
+    self.compile_s = 0.0  # one training program's compile (the first, timed before the loop)
+    self.programs_left = 0  # training programs the run may still meet (batch lengths not seen)
+    self._compiled: set[int] = set()  # steps that compiled a program: not a typical step
     self.reason = f"--stop-after {self.limit_s:g} s"
 
   def start(self, step: int) -> None:
@@ -132,9 +138,22 @@ class Deadline:
         return seconds / count
     return self.unseen_s if self.first_s is None else self.first_s
 
+  def programs(self, count: int, compile_s: float) -> None:
+    """The run will meet up to `count` training programs (its first compiled already, in
+    `compile_s`): each other one costs its first step about as much again."""
+    self.programs_left, self.compile_s = max(count - 1, 0), compile_s
+
+  def compiled(self, step: int) -> None:
+    """Step `step` met a batch length not seen before: it compiled a program."""
+    self.programs_left = max(self.programs_left - 1, 0)
+    self._compiled.add(step)
+
   def _record(self, step: int, took: float) -> None:
     if self.first_s is None:
       self.first_s = took
+      return
+    if step in self._compiled:  # a compile, not a step: neither the step nor its extras
+      self._compiled.discard(step)
       return
     evaluates, saves = self.schedule.evaluates(step), self.schedule.saves(step)
     if not (evaluates or saves):
@@ -179,6 +198,8 @@ class Deadline:
       elif saves:
         cost += save_s
     unpaid = step - self._synced  # dispatched since the device last caught up
+    # The next step may meet a batch length not compiled yet.
+    cost += self.compile_s if self.programs_left else 0.0
     # The stop: the steps the device has not run yet, a save, its write finishing.
     return cost + unpaid * step_s + 2 * save_s + MARGIN_S
 

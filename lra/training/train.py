@@ -607,11 +607,17 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
       late = deadline.before_training(step, 0.0, compile_s, "JAX, the data, compiling")
       if _anyone(late is not None):
         return untrained(late)
+      deadline.programs(s.batching.programs(data.spec.seq_len), compile_s)
       deadline.start(step)
     throughput.restart()  # compiling (check_fits) is not training speed
     bar.start()
+    # Batch lengths compiled so far, each its own program (check_fits compiled the task's T).
+    lengths_met = {data.spec.seq_len}
     while step < tc.num_steps:
       micro = next(stream)  # the step's batch: its k micro-batches, this process's rows of each
+      lengths = {next(v.shape[1] for k, v in batch.items() if k.startswith("inputs"))
+                 for batch in micro}
+      new_program, lengths_met = bool(lengths - lengths_met), lengths_met | lengths
       if agree:
         for batch in micro:
           batch["stop"] = np.full(len(batch["label"]), stop.requested, np.int32)
@@ -658,6 +664,8 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
           bar.message(_eval_line(step, metrics, book, s.objective))
       if step % config.checkpoint.every_steps == 0 or step == tc.num_steps:
         save(step, window)
+      if deadline is not None and new_program:
+        deadline.compiled(step)
       if deadline is not None and deadline.should_stop(step) and not stop.requested:
         stop.requested, stop.signal_name = True, deadline.reason
       requested = (bool(jax.device_get(previous_flag)) if previous_flag is not None
@@ -691,15 +699,20 @@ def _anyone(says: bool) -> bool:
 
 
 def check_fits(config: ml_collections.ConfigDict, s: Setup, state: TrainState, spec: TaskSpec,
-               steps: tuple[str, ...] = ("train", "eval")) -> dict[str, int | None]:
+               steps: tuple[str, ...] = ("train", "eval"),
+               length: int | None = None) -> dict[str, int | None]:
   """XLA's estimate of each step's bytes per device, at the task's full length T, checked against
   the device's memory before anything runs (the compiled program is the one the run then uses;
   with micro-batches, one micro-batch's accumulation at T, the largest program of a step).
+
+  `length`: lower the steps at this batch length instead of T (a warm-up compiling the program
+  of every length a run will meet; the largest, T's, is the one checked for memory).
 
   Raises:
     OutOfMemoryError: a step needs more than the device has; the one line names the settings
       that shrink it.
   """
+  seq_len = length or spec.seq_len
   have, source = memory.device_bytes(jax.devices()[0])
   if jax.process_count() > 1:  # all processes must take the same branch: the smallest device
     # In MiB: without jax_enable_x64 the gathered numbers are int32.
@@ -709,12 +722,12 @@ def check_fits(config: ml_collections.ConfigDict, s: Setup, state: TrainState, s
   micro = s.batching.micro_batches
   for kind in steps:
     rows = config.train.batch_size // micro if kind == "train" else config.eval.batch_size
-    shapes = {**{k: ((rows, spec.seq_len), jnp.int32) for k in _input_keys(spec)},
-              **{"mask" + k[len("inputs"):]: ((rows, spec.seq_len), jnp.bool_)
+    shapes = {**{k: ((rows, seq_len), jnp.int32) for k in _input_keys(spec)},
+              **{"mask" + k[len("inputs"):]: ((rows, seq_len), jnp.bool_)
                  for k in _input_keys(spec)},
               "label": ((rows,), jnp.int32), "weight": ((rows,), jnp.float32)}
     if s.objective.noise:
-      shapes.update({"noise" + k[len("inputs"):]: ((rows, spec.seq_len), jnp.float32)
+      shapes.update({"noise" + k[len("inputs"):]: ((rows, seq_len), jnp.float32)
                      for k in _input_keys(spec)})
     if kind == "train" and jax.process_count() > 1:
       shapes["stop"] = ((rows,), jnp.int32)

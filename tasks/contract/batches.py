@@ -74,6 +74,11 @@ class Batching:
       return seq_len
     return min(seq_len, max(1, math.ceil(longest / self.quantum)) * self.quantum)
 
+  def programs(self, seq_len: int) -> int:
+    """The most training programs a run compiles: one per micro-batch length it can meet (one
+    at fixed padding, else up to ceil(T / quantum)); XLA compiles each at its first step."""
+    return 1 if self.padding == "fixed" else math.ceil(seq_len / self.quantum)
+
   @property
   def sorts(self) -> bool:
     """Whether batches are ordered by length: sorted micro-batches, and evaluation with them."""
