@@ -355,8 +355,9 @@ def paper(c: ml_collections.ConfigDict, row: PaperRow, num_train: int) -> None:
 
 
 # Micro-batches per batch under sorted padding (docs/protocol.md, "Sorted micro-batches"): on
-# ListOps k=4 computes 0.64 of fixed padding's tokens (k=2: 0.74, k=8: 0.58) while each
-# micro-batch keeps B/4 rows (16 of the paper's 64) to fill an accelerator.
+# ListOps k=4 computes about two thirds of fixed padding's tokens (results/bench/
+# listops_sorted_paper.md has each k's share) while each micro-batch keeps B/4 rows to fill an
+# accelerator.
 SORTED_MICRO_BATCHES = 4
 
 

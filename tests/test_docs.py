@@ -7,6 +7,7 @@ import math
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -270,3 +271,12 @@ def test_the_readmes_pass_mark_is_the_one_the_code_applies():
   from lra.report.run_summary import MIXES_AT
   section = _readme_section("Test your own layer")
   assert f"pass mark is {100 * MIXES_AT:.0f}% test" in section
+
+
+def test_the_s5_screens_table_is_the_records():
+  """docs/mixers.md types no screen figure: its table is made from results/s5_diagnosis/
+  screens.json (`python tools/s5_diagnosis.py --docs`)."""
+  sys.path.insert(0, str(ROOT / "tools"))
+  import s5_diagnosis  # pylint: disable=import-outside-toplevel
+  records = json.loads((ROOT / "results" / "s5_diagnosis" / "screens.json").read_text())
+  assert (ROOT / "docs" / "mixers.md").read_text() == s5_diagnosis.docs_text(records)

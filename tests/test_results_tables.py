@@ -694,3 +694,16 @@ def test_sweep_spt_plans_each_pretraining_before_its_fine_tune_and_chains_the_ar
     assert b.split("-m lra run listops ")[1].split()[0] == mixer
     assert f"--init-from {res}/runs/listops/{mixer}/smoke+pretrain_seed{seed} " in b
     assert f"--config.train.seed={seed} " in b
+
+
+def test_sweep_and_the_ledger_leave_the_same_runs_stopped(tmp_path):
+  """One meaning of stopped: a diverged or failed run is skipped by `lra sweep` as the ledger of
+  paper rows skips it (rerunning would end it the same way)."""
+  from lra.report import ledger
+  res = tmp_path / "results"
+  for seed, status in enumerate(("diverged", "failed", "interrupted")):
+    write_run(res, "listops", "latte", "paper", seed, 0.3, status=status)
+  states = [j.state for j in sweep.plan(["listops"], ["latte"], [0, 1, 2], preset="paper",
+                                        results_dir=res)]
+  assert states == ["diverged", "failed", "partial"]
+  assert [s for s in states if s in ledger.STOPPED] == ["diverged", "failed"]

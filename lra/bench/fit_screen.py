@@ -1,9 +1,10 @@
-"""The fitting screen: can a mixer fit 480 Pathfinder images (4x4 squares) in 600 steps?
+"""The fitting screen: can a mixer fit a few hundred Pathfinder images (4x4 squares) in minutes?
 
-Minutes before hours: a block that cannot fit 480 images seen 40 times will not learn 160,000 in a
-table run (S5 under the common block's LayerNorm stayed at ln 2 here for 600 steps and at chance
-for 18,000 steps of the full set; docs/mixers.md). `lra check MIXER --fit` runs it for one mixer;
-`python -m lra.bench.fit_screen` for many, writing results/fit_screen/ (the table's pre-flight).
+Minutes before hours: a block that cannot fit TRAIN_IMAGES images seen about 40 times will not
+learn 160,000 in a table run (S5 under the common block's LayerNorm stayed at ln 2 here for the
+whole screen and at chance for 18,000 steps of the full set; docs/mixers.md). `lra check MIXER
+--fit` runs it for one mixer; `python -m lra.bench.fit_screen` for many, writing
+results/fit_screen/ (the table's pre-flight).
 """
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-# The `squares` preset's model and optimizer on its data's first 600 images (480 to train on),
-# seen 40 times; a short warm-up, no evaluation until the end.
-OVERRIDES = ("data.generator.num_images=600", "train.num_steps=600", "train.warmup_steps=60",
-             "eval.every_steps=600", "checkpoint.every_steps=600", "train.log_every_steps=50")
+# The `squares` preset's model and optimizer on its data's first IMAGES images (80% of them to
+# train on), each seen about 40 times in STEPS steps; a short warm-up, one evaluation at the end.
+IMAGES, STEPS, LOG_EVERY = 600, 600, 50
+TRAIN_IMAGES = IMAGES * 8 // 10  # the generator's 80/10/10 split
+OVERRIDES = (f"data.generator.num_images={IMAGES}", f"train.num_steps={STEPS}",
+             f"train.warmup_steps={STEPS // 10}", f"eval.every_steps={STEPS}",
+             f"checkpoint.every_steps={STEPS}", f"train.log_every_steps={LOG_EVERY}")
 # Train accuracy over the last 100 steps that counts as fitting. Measured with this screen
 # (results/fit_screen/): every mixer that learns the squares table's task fits past it; S5 under
 # the common block's LayerNorm, which stays at chance on the full set, does not.
@@ -41,8 +45,9 @@ class Fit:
   def line(self) -> str:
     verdict = "PASS" if self.fits else "FAIL"
     return (f"{verdict}  fits                train accuracy {self.train_accuracy:.1%} (loss "
-            f"{self.train_loss:.3f}) over the last {LAST_STEPS} of 600 steps on 480 Pathfinder "
-            f"images as 4x4 squares (needs >= {BAR:.0%}; ln 2 = {0.6931:.3f} is no fit)")
+            f"{self.train_loss:.3f}) over the last {LAST_STEPS} of {STEPS} steps on "
+            f"{TRAIN_IMAGES} Pathfinder images as 4x4 squares (needs >= {BAR:.0%}; ln 2 = "
+            f"{0.6931:.3f} is no fit)")
 
 
 def screen(mixer: str, *, preset: str = "squares", overrides: tuple[str, ...] = (),
@@ -55,9 +60,15 @@ def screen(mixer: str, *, preset: str = "squares", overrides: tuple[str, ...] = 
                data_dir=data_dir, run_dir=run_dir, results_dir=Path(tmp), progress=False)
     logs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
             if line.strip()]
-  last = [r for r in logs if "train/accuracy" in r][-(LAST_STEPS // 50):]
+  return read_fit(logs, mixer, preset, tuple(overrides))
+
+
+def read_fit(logs: list[dict], mixer: str, preset: str, overrides: tuple[str, ...]) -> Fit:
+  """The screen's verdict from a run's metrics lines: the mean of the log windows of its last
+  LAST_STEPS steps (train accuracy, loss and speed)."""
+  last = [r for r in logs if "train/accuracy" in r][-(LAST_STEPS // LOG_EVERY):]
   mean = lambda key: sum(r[key] for r in last) / len(last)  # noqa: E731
-  return Fit(mixer, preset, tuple(overrides), mean("train/accuracy"), mean("train/loss"),
+  return Fit(mixer, preset, overrides, mean("train/accuracy"), mean("train/loss"),
              mean("train/steps_per_s"))
 
 

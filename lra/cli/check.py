@@ -18,9 +18,11 @@ def add_parser(commands) -> None:
   parser.add_argument("mixer", help=MIXER_HELP)
   parser.add_argument("--dim", type=int, default=16, help="D of the small checks (default 16)")
   parser.add_argument("--heads", type=int, default=2, help="H (default 2)")
+  from lra.bench.fit_screen import STEPS, TRAIN_IMAGES  # light: no JAX
   parser.add_argument("--fit", action="store_true", help="also train the mixer on the fitting "
-                      "screen (480 Pathfinder images as 4x4 squares, 600 steps, 1-3 min on one "
-                      "core): one that cannot fit them will not learn a table's task")
+                      f"screen ({TRAIN_IMAGES} Pathfinder images as 4x4 squares, {STEPS} steps, "
+                      "about a minute on one core): one that cannot fit them will not learn a "
+                      "table's task")
   parser.set_defaults(handler=main)
 
 

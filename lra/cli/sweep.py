@@ -1,7 +1,8 @@
 """`lra sweep`: the `lra run` command of every (task, mixer, seed): printed, run, or a Slurm array.
 
-A run's state comes from its directory: complete (skipped), diverged (skipped: rerunning resumes
-into the same divergence), partial (its command resumes from the latest checkpoint) or new. A
+A run's state comes from its directory: complete (skipped), stopped (diverged or failed: skipped,
+as the ledger does, since rerunning would end the same way; lra.report.run_summary.STOPPED),
+partial (its command resumes from the latest checkpoint) or new. A
 pending run whose data is not prepared is named in a warning before anything is emitted or run.
 With --spt each (task, mixer, seed) is two runs: `lra pretrain`, then the fine-tune `lra run
 --init-from` its folder; a Slurm sweep is then two arrays, the second waiting on the first task
@@ -23,6 +24,7 @@ from lra import errors
 from lra.cli.common import LOCAL_RESULTS, add_command
 from lra.cli.slurm import (DEFAULT_TIME, STOP_BEFORE_LIMIT_S, current_env_activate, slurm_script,
                            spt_submit_script)
+from lra.report.run_summary import STOPPED
 from lra.runs.command import MIXER_HELP
 from lra.runs.config_loading import (data_cache_dir, default_data_dir, default_run_dir,
                                      missing_data, resolve_config, unused_overrides)
@@ -49,7 +51,7 @@ class Job:
   mixer: str
   seed: int
   run_dir: Path
-  state: str  # new | partial | complete | diverged
+  state: str  # new | partial | complete | diverged | failed
   argv: tuple[str, ...]  # arguments after `lra`
   mixer_key: str = ""  # the name its config block has (an outside mixer's class name)
   data_missing: str | None = None  # how to make its data, when it is not prepared
@@ -64,11 +66,11 @@ class Job:
 
 
 def run_state(run_dir: Path) -> str:
-  """new | partial | complete | diverged, from what the run directory holds."""
+  """new | partial | complete | diverged | failed, from what the run directory holds."""
   final = Path(run_dir) / "final.json"
   if final.exists():
     status = json.loads(final.read_text()).get("status")
-    if status in ("complete", "diverged"):
+    if status == "complete" or status in STOPPED:
       return status
     return "partial"
   return "partial" if (Path(run_dir) / "checkpoints").exists() else "new"
@@ -191,7 +193,7 @@ def main(args: argparse.Namespace, overrides: Sequence[str]) -> int:
               spt=args.spt)
   pending = [j for j in jobs if j.pending]
   summary = ", ".join(f"{sum(j.state == s for j in jobs)} {s}"
-                      for s in ("new", "partial", "complete", "diverged"))
+                      for s in ("new", "partial", "complete", *STOPPED))
   print(f"lra sweep: {len(jobs)} runs ({summary})", file=sys.stderr)
   for job in jobs:
     if not job.pending:

@@ -38,7 +38,7 @@ TRAINING_MIN_PER_LOAN = 8.0
 # probe has timed the row's (cost.<kind>.compile_s_per_program; the probe records its programs and
 # their compile). The H200 loans' compiles with autotuning took 5-20 s per shape: the middle.
 COMPILE_S_PER_PROGRAM = 10.0
-STOPPED = ("diverged", "failed")  # a row whose run ended so is reported and skipped, not retried
+STOPPED = run_summary.STOPPED  # a row whose run ended so is reported and skipped, not retried
 
 
 def load(path: Path = LEDGER) -> list[dict[str, Any]]:

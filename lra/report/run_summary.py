@@ -16,6 +16,9 @@ from typing import Any
 # at 24-58% (one end alone gives 25%); results/runs/synthetic/ and docs/protocol.md. The slow
 # test of tests/test_synthetic.py holds the built-in mixers to the same mark.
 MIXES_AT = 0.95
+# A run that ended so is stopped: the same command would end it the same way again (a loss that
+# is not finite, an error), so the ledger and `lra sweep` report it and leave it, never rerun it.
+STOPPED = ("diverged", "failed")
 
 
 def evaluated(final: Mapping[str, Any]) -> bool:
