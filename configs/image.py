@@ -19,9 +19,12 @@ PAPER = common.PaperRow(dim=512, latents=40, learning_rate=1e-3, batch_size=32,
                         weight_decay=0.05, dropout=0.1, epochs=200)
 
 
+# Token ids (a vocabulary) or pixel values: base_config's `tokens`.
+TOKENS = False
+
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke", "published"))
-  c = common.base_config("image", preset, mixer, tokens=False)
+  c = common.base_config("image", preset, mixer, tokens=TOKENS)
   c.eval.batch_size = 250
   if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)

@@ -19,6 +19,8 @@ from lra.configs import common, pathfinder, published
 SPT = common.SptRow(mask_ratio=0.5, loss="ce", epochs=200, warmup_steps=5000)
 
 
+TOKENS = pathfinder.TOKENS  # Pathfinder's config, re-sized
+
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke", "published"))
   c = pathfinder.get_config(f"{preset},mixer={mixer}")

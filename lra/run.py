@@ -1,4 +1,6 @@
-"""`lra run TASK MIXER`: resolve the config, make sure the data exists, pick the run dir, train."""
+"""`lra run TASK MIXER`: resolve the config (once), make sure the data exists, pick the run dir,
+train. `run` takes the command's words; `run_config` a config already resolved (lra.cli.run
+resolves it once and passes it on)."""
 from __future__ import annotations
 
 import json
@@ -14,9 +16,8 @@ from lra import errors
 from lra.machine import stop_after
 from lra.runs import loggers, run_identity, run_lock
 from lra.training import init_from, train
-# load_data, default_data_dir and resolve_config: the library's entry points (docs/library.md).
-from lra.runs.config_loading import (data_cache_dir, default_data_dir, default_run_dir,  # noqa: F401
-                                     load_data, reference_config, resolve_config)
+from lra.runs.config_loading import (default_data_dir, default_run_dir, load_data,
+                                     reference_config, resolve_config)
 from lra.machine.memory import OutOfMemoryError
 from lra.tasks.contract import progress as data_progress
 
@@ -34,16 +35,27 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
   A run that does not fit in memory leaves no folder behind if it held nothing before and no
   checkpoint now.
   """
+  return run_config(resolve_config(task, mixer, preset, overrides), data_dir=data_dir,
+                    run_dir=run_dir, results_dir=results_dir, progress=progress,
+                    stop_after_s=stop_after_s)
+
+
+def run_config(config: ml_collections.ConfigDict, *, data_dir: Path | None = None,
+               run_dir: Path | None = None, results_dir: Path = Path("results"),
+               progress: bool = True, stop_after_s: float | None = None) -> dict[str, Any]:
+  """`run` of a resolved config (lra.runs.config_loading.resolve_config): the same checks, run
+  folder and training, the config resolved once for all of them."""
   stop_after.check_limit(stop_after_s)
-  config = resolve_config(task, mixer, preset, overrides)
   loggers.check(config)  # a missing TensorBoard or W&B package: one line before any work
   if run_identity.phase(config) == "spt":  # a pretraining run this fine-tune cannot start from
     init_from.check(config.to_dict(), Path(config.spt.init_from))
-  run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir)
+  # Today's preset, which the run's name and a folder's earlier run are measured against.
+  reference = reference_config(config.to_dict()).to_dict()
+  run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir, reference)
   fresh = not run_dir.exists() or not any(run_dir.iterdir())
   try:
     with run_lock.hold(run_dir):
-      return {**_run_locked(config, run_dir, data_dir, progress, stop_after_s),
+      return {**_run_locked(config, reference, run_dir, data_dir, progress, stop_after_s),
               "run_dir": str(run_dir)}
   except OutOfMemoryError:
     if fresh and not any(p.name.isdigit() for p in (run_dir / "checkpoints").glob("*")):
@@ -51,15 +63,15 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
     raise
 
 
-def _run_locked(config: ml_collections.ConfigDict, run_dir: Path, data_dir: Path | None,
-                progress: bool, stop_after_s: float | None = None) -> dict[str, Any]:
+def _run_locked(config: ml_collections.ConfigDict, reference: dict[str, Any], run_dir: Path,
+                data_dir: Path | None, progress: bool,
+                stop_after_s: float | None = None) -> dict[str, Any]:
   task, mixer, preset = config.task, config.model.mixer, config.preset
   with data_progress.quiet(not progress):  # generation and preparation show theirs unless --quiet
     data = load_data(config, data_dir or default_data_dir())
   previous = run_dir / "config.json"
   if previous.exists():
     stored = run_identity.read_config(previous)
-    reference = reference_config(config.to_dict()).to_dict()
     reasons = run_identity.same_run(stored, config.to_dict(), reference)
     if reasons:
       raise errors.Conflict(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lra.runs.config_loading import load_data, resolve_config
 from lra.report import run_summary
 from lra.cli import main
 from lra.runs.command import split_overrides
@@ -127,9 +128,8 @@ def test_an_empty_results_folder_names_the_command_that_writes_there(tmp_path, c
 
 @pytest.fixture(scope="module")
 def smoke_data(tmp_path_factory):
-  from lra import run
   root = tmp_path_factory.mktemp("data")
-  run.load_data(run.resolve_config("listops", "softmax", "smoke"), root, log=lambda _: None)
+  load_data(resolve_config("listops", "softmax", "smoke"), root, log=lambda _: None)
   return root
 
 

@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 
+from lra.runs.config_loading import load_data, resolve_config
 from lra.cli import main
 from lra.tasks.contract import atomic, integrity
 from lra.tasks.contract.cache import CacheDamagedError, DataMissingError, PreparedData
@@ -190,14 +191,13 @@ def test_an_older_cache_format_is_rebuilt(tmp_path, capsys):
 
 def test_generated_data_regenerates_itself(tmp_path):
   """`lra run` with a small preset makes its data again when the cache is damaged."""
-  from lra import run
-  config = run.resolve_config("synthetic", "softmax", "smoke")
+  config = resolve_config("synthetic", "softmax", "smoke")
   logged = []
-  data = run.load_data(config, tmp_path, log=logged.append)
+  data = load_data(config, tmp_path, log=logged.append)
   reference = {k: np.array(v) for k, v in data.split("train").items()}
   os.truncate(data.cache_dir / "train.inputs.npy", 100)
   logged.clear()
-  again = run.load_data(config, tmp_path, log=logged.append)
+  again = load_data(config, tmp_path, log=logged.append)
   assert "train.inputs.npy" in logged[0] and "damaged" in logged[0]
   np.testing.assert_array_equal(again.split("train")["inputs"], reference["inputs"])
 

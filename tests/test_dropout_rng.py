@@ -8,7 +8,7 @@ import optax
 import pytest
 from flax.training.train_state import TrainState
 
-from lra import run
+from lra.runs.config_loading import load_data, resolve_config
 from lra.machine import distributed
 from lra.training import dropout_rng, train
 from lra.models.build import build_model
@@ -41,8 +41,8 @@ def test_paired_draws_are_uniform_and_uncorrelated():
 
 @pytest.mark.parametrize("bits", dropout_rng.BITS)
 def test_dropout_masks_are_a_function_of_the_step(tmp_path, bits):
-  config = run.resolve_config("listops", "latte", "smoke", ["model.dropout=0.5"])
-  data = run.load_data(config, tmp_path, log=lambda _: None)
+  config = resolve_config("listops", "latte", "smoke", ["model.dropout=0.5"])
+  data = load_data(config, tmp_path, log=lambda _: None)
   model = build_model(config, data.spec)
   params = model.init(jax.random.PRNGKey(0), train.example_batch(data.spec, 1),
                       deterministic=True)["params"]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from lra.runs.config_loading import load_data, resolve_config
 from lra import run
 from lra.report import run_summary
 from lra.runs import run_lock
@@ -28,7 +29,7 @@ SMOKE = ["--preset", "smoke", "--quiet"]
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
   root = tmp_path_factory.mktemp("data")
-  run.load_data(run.resolve_config("listops", "softmax", "smoke"), root, log=lambda _: None)
+  load_data(resolve_config("listops", "softmax", "smoke"), root, log=lambda _: None)
   return root
 
 
@@ -263,11 +264,11 @@ def test_a_damaged_checkpoint_is_moved_aside_and_the_run_resumes_from_the_newest
     damage, stopped_run, data_dir, tmp_path, capsys):
   from lra.runs import checkpoints
   from lra.training import train
-  from lra.run import load_data
+  from lra.runs.config_loading import load_data
   run_dir = tmp_path / "run"
   shutil.copytree(stopped_run[0], run_dir)
   said = damage(run_dir / "checkpoints" / "6")
-  config = run.resolve_config("listops", "softmax", "smoke", DAMAGE_RUN)
+  config = resolve_config("listops", "softmax", "smoke", DAMAGE_RUN)
   data = load_data(config, data_dir)
   s = train.setup(config, data.spec)
   ckpt = checkpoints.Checkpointer(run_dir, keep=3)

@@ -12,7 +12,7 @@ import numpy as np
 import optax
 import pytest
 
-from lra import run
+from lra.runs.config_loading import resolve_config
 from lra.training import train
 from lra.models.build import build_model, execution_path
 from lra.models.mixers import softmax
@@ -93,7 +93,7 @@ def test_cudnn_marks_a_mask_with_holes_instead_of_reading_it_wrong():
 def _loss_and_grads(mixer, dtype):
   """Loss and parameter gradients of one training batch of a one-layer smoke model, the same
   parameters and batch in both dtypes, at the precision a run uses (f32 matmuls as TF32)."""
-  config = run.resolve_config("listops", mixer, "smoke", [f"model.dtype={dtype}", "model.dim=64",
+  config = resolve_config("listops", mixer, "smoke", [f"model.dtype={dtype}", "model.dim=64",
                                                            "model.num_heads=2"])
   spec = TaskSpec(vocab_size=16, seq_len=256, num_classes=10)
   model = build_model(config, spec)

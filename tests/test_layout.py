@@ -91,6 +91,30 @@ def test_imports_go_down_only(name):
     assert LAYERS.index(other) <= level, f"{name} imports {imported}: {other} is above {room}"
 
 
+def _allowed(room: str) -> set[str] | None:
+  """The rooms (and lra.run, lra.errors) a room's docstring says it may import: its
+  `lra.<name>` words ("May import: lra.runs, lra.machine, ..."); None for cli (any)."""
+  import re
+  doc = ast.get_docstring(ast.parse((ROOT / "lra" / room / "__init__.py").read_text())) or ""
+  says = doc[doc.index("May import"):]
+  if room == "cli":
+    return None
+  return set(re.findall(r"\blra\.(\w+)", says))
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_each_room_imports_only_what_its_docstring_allows(room):
+  allowed = _allowed(room)
+  if allowed is None:
+    return
+  for name in (m for m in MODULES if _room(m) == room):
+    for imported in GRAPH[name]:
+      other = _room(imported)
+      target = "run" if imported == "lra.run" else other
+      assert target in allowed | {room, *LEAVES} or other == "lra", (
+          f"{name} imports {imported}, which lra/{room}/__init__.py does not allow")
+
+
 def test_tasks_models_and_configs_import_only_errors_of_the_runner():
   for folder in ("tasks", "models", "configs"):
     for path in (ROOT / folder).rglob("*.py"):

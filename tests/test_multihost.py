@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from lra.runs.config_loading import data_cache_dir, load_data, resolve_config
 from lra import run
 from lra.machine import stop_after
 from lra.tasks.contract.batches import eval_batches, train_batches
@@ -33,7 +34,7 @@ RUN_FILES = {"config.json", "metrics.jsonl", "final.json"}
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
   root = tmp_path_factory.mktemp("data")
-  run.load_data(run.resolve_config("listops", "softmax", "smoke"), root, log=lambda _: None)
+  load_data(resolve_config("listops", "softmax", "smoke"), root, log=lambda _: None)
   return root
 
 
@@ -118,9 +119,9 @@ def test_two_processes_equal_one_and_share_the_work(data_dir, two_hosts, tmp_pat
       assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-6), (key, got["step"])
 
   # Each process read its own half of every batch, and the halves make the global batch.
-  data = PreparedData(run.data_cache_dir(run.resolve_config("listops", "softmax", "smoke"),
+  data = PreparedData(data_cache_dir(resolve_config("listops", "softmax", "smoke"),
                                          data_dir))
-  config = run.resolve_config("listops", "softmax", "smoke", OVERRIDES)
+  config = resolve_config("listops", "softmax", "smoke", OVERRIDES)
   probes = [_probe(logs, index) for index in (0, 1)]
   train_reads = [[r for r in p if r["kind"] == "train"] for p in probes]
   stream = train_batches(data.split("train"), data.spec, 16, config.train.seed)
@@ -306,8 +307,8 @@ def test_two_processes_train_sorted_micro_batches_as_one(data_dir, compile_cache
   for got, want in zip(_rows(run_dir), _rows(tmp_path / "one"), strict=True):
     for key, value in want.items():
       assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-6), (key, got["step"])
-  config = run.resolve_config("listops", "softmax", "smoke", overrides)
-  data = PreparedData(run.data_cache_dir(config, data_dir))
+  config = resolve_config("listops", "softmax", "smoke", overrides)
+  data = PreparedData(data_cache_dir(config, data_dir))
   stream = step_batches(data.split("train"), data.spec, 16, config.train.seed,
                         batching=train.batching_of(config))
   reads = [[r for r in _probe(logs, index) if r["kind"] == "train"] for index in (0, 1)]

@@ -17,6 +17,7 @@ import numpy as np
 import optax
 import pytest
 
+from lra.runs.config_loading import data_cache_dir, load_data, resolve_config
 from lra.models.build import build_model
 from lra import run
 from lra.machine import distributed
@@ -31,12 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
   root = tmp_path_factory.mktemp("data")
-  run.load_data(run.resolve_config("listops", "softmax", "smoke"), root, log=lambda _: None)
+  load_data(resolve_config("listops", "softmax", "smoke"), root, log=lambda _: None)
   return root
 
 
 def _smoke_data(data_dir):
-  return PreparedData(run.data_cache_dir(run.resolve_config("listops", "softmax", "smoke"),
+  return PreparedData(data_cache_dir(resolve_config("listops", "softmax", "smoke"),
                                          data_dir))
 
 
@@ -156,7 +157,7 @@ def test_sigkill_and_sigint_then_resume_give_identical_scores(data_dir, tmp_path
 
 
 def _smoke_state(tmp_path, data_dir, overrides=(), tx=None):
-  config = run.resolve_config("listops", "latte", "smoke", ["model.dropout=0.0", *overrides])
+  config = resolve_config("listops", "latte", "smoke", ["model.dropout=0.0", *overrides])
   data = _smoke_data(data_dir)
   model = build_model(config, data.spec)
   params = model.init(jax.random.PRNGKey(0), train.example_batch(data.spec, 1),

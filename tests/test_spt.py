@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from flax import serialization
 
+from lra.runs.config_loading import load_data, resolve_config
 from lra import run
 from lra.cli import main
 from lra.models.build import build_model
@@ -35,7 +36,7 @@ SHORT = ["train.num_steps=8", "eval.every_steps=4", "checkpoint.every_steps=2",
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
   root = tmp_path_factory.mktemp("data")
-  run.load_data(run.resolve_config("listops", "latte", "smoke"), root, log=lambda _: None)
+  load_data(resolve_config("listops", "latte", "smoke"), root, log=lambda _: None)
   return root
 
 
@@ -50,7 +51,7 @@ def pretrained(data_dir, tmp_path_factory):
 
 
 def _denoiser_output(config_overrides, spec, batch):
-  config = run.resolve_config("listops", "latte", "smoke", ["objective=denoise",
+  config = resolve_config("listops", "latte", "smoke", ["objective=denoise",
                                                             *config_overrides])
   model = build_model(config, spec)
   variables = model.init(jax.random.PRNGKey(0), batch, deterministic=True)
@@ -124,8 +125,8 @@ def test_the_loss_reads_hidden_real_tokens_only(loss):
 
 
 def test_a_fine_tune_starts_from_the_pretrained_encoder_and_a_fresh_head(pretrained, data_dir):
-  config = run.resolve_config("listops", "latte", "smoke", [f"spt.init_from={pretrained}"])
-  data = run.load_data(config, data_dir)
+  config = resolve_config("listops", "latte", "smoke", [f"spt.init_from={pretrained}"])
+  data = load_data(config, data_dir)
   s = train.setup(config, data.spec)
   fresh = train.init_state(s, data.spec, config.train.seed)
   loaded, record = init_from.load(fresh, config, train.data_record(data.meta))

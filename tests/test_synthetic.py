@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lra.runs.config_loading import load_data, resolve_config
 from lra import run
 from lra.report import run_summary
 from lra.models.mixers import MIXERS
@@ -34,8 +35,8 @@ def test_generator_puts_the_label_at_both_ends_of_variable_lengths():
 
 
 def test_runner_generates_the_cache_from_the_config(tmp_path):
-  config = run.resolve_config("synthetic", "latte", "smoke")
-  data = run.load_data(config, tmp_path, log=lambda msg: None)
+  config = resolve_config("synthetic", "latte", "smoke")
+  data = load_data(config, tmp_path, log=lambda msg: None)
   gen = config.data.generator
   assert data.spec.seq_len == gen.seq_len and data.spec.num_classes == gen.num_values ** 2
   assert data.spec.vocab_size == 1 + 2 * gen.num_values + gen.num_fillers

@@ -33,7 +33,7 @@ from lra.models.build import build_model
 from lra.models.encoder import EncoderBlock
 from lra.models.mixers import s5 as s5_mixer
 from lra.models.mixers import s5_init
-from lra.run import load_data
+from lra.runs.config_loading import load_data
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREEN = ("data.generator.num_images=600",)  # 600 images of the squares generator: 480 train

@@ -27,11 +27,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from lra import errors, run
+from lra import errors
 from lra.runs import writers
 from lra.training import train
 from lra.bench.common import compiled_flops, device_name, recorded_command
-from lra.runs.config_loading import resolve_config
+from lra.runs.config_loading import default_data_dir, load_data, resolve_config
 from lra.models.build import execution_path
 from lra.tasks.contract.batches import Batching, epoch_plan, example_lengths, make_batch
 
@@ -121,7 +121,7 @@ def epoch_bench(task: str, mixer: str, *, preset: str = "paper", overrides: Sequ
     {"setup": what ran, "modes": [one record per mode]}.
   """
   config = resolve_config(task, mixer, preset, overrides)
-  data = run.load_data(config, data_dir or run.default_data_dir(), log=log)
+  data = load_data(config, data_dir or default_data_dir(), log=log)
   spec, arrays, tc = data.spec, data.split("train"), config.train
   quantum = quantum or config.data.pad_quantum
   lengths = example_lengths(arrays, spec)

@@ -6,7 +6,6 @@ import sys
 from collections.abc import Sequence
 
 from lra.cli.common import LOCAL_RESULTS, add_command, exit_code, print_result
-from lra.machine import stop_after
 from lra.runs import command
 
 
@@ -28,7 +27,9 @@ def start(task: str, mixer: str, preset: str, options: argparse.Namespace,
   """One run (`lra run`'s or the demo's): `options` holds the run options (lra.runs.command)."""
   overrides = command.seeded(options.seed, overrides)
   results_dir = options.results_dir or LOCAL_RESULTS
-  _warn_unused_overrides(task, mixer, preset, overrides)
+  from lra.runs.config_loading import resolve_config
+  config = resolve_config(task, mixer, preset, overrides)  # once: everything below reads it
+  _warn_unused_overrides(config.model.mixer, overrides)
   if options.dry_run:
     from lra.report import dry_run
     print(dry_run.describe(task, mixer, preset, overrides, results_dir=results_dir,
@@ -37,22 +38,18 @@ def start(task: str, mixer: str, preset: str, options: argparse.Namespace,
   from lra import run  # deferred: `lra --help` should not wait for JAX
   from lra.machine import distributed
   distributed.initialize(options.distributed)  # before anything touches a device
-  stop_after.check_limit(stop_after_s)
-  result = run.run(task, mixer, preset=preset, overrides=overrides, data_dir=options.data_dir,
-                   run_dir=options.run_dir, results_dir=results_dir,
-                   progress=not options.quiet, stop_after_s=stop_after_s)
+  result = run.run_config(config, data_dir=options.data_dir, run_dir=options.run_dir,
+                          results_dir=results_dir, progress=not options.quiet,
+                          stop_after_s=stop_after_s)
   print_result(result)
   on_result(result)
   return exit_code(result)
 
 
-def _warn_unused_overrides(task: str, mixer: str, preset: str, overrides: list[str]) -> None:
+def _warn_unused_overrides(used: str, overrides: list[str]) -> None:
   """One line per --config.mixers.OTHER.KEY: accepted (the key exists) but read by no part of
-  this run, which is almost always a slip."""
-  from lra.runs.config_loading import resolve_config, unused_overrides
-  if not any(o.startswith("mixers.") for o in overrides):
-    return
-  used = resolve_config(task, mixer, preset, overrides).model.mixer
+  this run (whose mixer is `used`), which is almost always a slip."""
+  from lra.runs.config_loading import unused_overrides
   for item in unused_overrides([used], overrides):
     other = item.split(".")[1]
     print(f"lra: warning: --config.{item} sets a {other} setting, but this run's mixer is "

@@ -10,12 +10,12 @@ measured or estimated GPU speeds, each with its source).
 """
 from __future__ import annotations
 
-import contextlib
+import importlib
 import json
 import shlex
 import statistics
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,23 +34,6 @@ NAMED_BY_COMMAND = ("task", "preset", "model.mixer", "objective", "spt.init_from
                     "spt.allow_partial")
 
 
-@contextlib.contextmanager
-def _base_configs(found: list[dict[str, Any]]) -> Iterator[None]:
-  """Records what `common.base_config` returns while a task's get_config runs: the defaults,
-  before the task's preset changes them. Task files call it as `common.base_config`."""
-  original = common.base_config
-
-  def recording(*args, **kwargs):
-    config = original(*args, **kwargs)
-    found.append(run_identity.flatten(config.to_dict()))
-    return config
-  common.base_config = recording
-  try:
-    yield
-  finally:
-    common.base_config = original
-
-
 def sources(task: str, mixer: str, preset: str,
             overrides: Sequence[str] = ()) -> list[tuple[str, Any, str]]:
   """(key, value, source) for every key of the run's config, other mixers' blocks left out.
@@ -59,11 +42,13 @@ def sources(task: str, mixer: str, preset: str,
   "command line" (a --config override, or TASK / MIXER / --preset themselves).
   """
   config = resolve_config(task, mixer, preset, overrides)
-  base: list[dict[str, Any]] = []
-  with _base_configs(base):  # the preset in the run's SPT phase: its budget is the preset's
-    preset_config = run_identity.flatten(resolve_config(
-        task, mixer, preset, phase_overrides(config.to_dict())).to_dict())
-  defaults = base[0] if base else {}
+  # The preset in the run's SPT phase (its budget is the preset's), and the defaults every preset
+  # starts from (configs/common.py:base_config, with the task's own kind of tokens).
+  preset_config = run_identity.flatten(resolve_config(
+      task, mixer, preset, phase_overrides(config.to_dict())).to_dict())
+  tokens = importlib.import_module(f"lra.configs.{task}").TOKENS
+  defaults = run_identity.flatten(
+      common.base_config(task, preset, config.model.mixer, tokens=tokens).to_dict())
   flat = run_identity.flatten(config.to_dict())
   own = f"mixers.{config.model.mixer}."
   rows = []

@@ -111,10 +111,13 @@ def preset_reference(config: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def default_run_dir(config: ml_collections.ConfigDict, results_dir: Path) -> Path:
-  """results/runs/<task>/<mixer label>/<preset>[+<departures>]_seed<N> (run_identity.run_name)."""
-  reference = reference_config(config.to_dict())
-  name = run_identity.run_name(config.to_dict(), reference.to_dict())
+def default_run_dir(config: ml_collections.ConfigDict, results_dir: Path,
+                    reference: Mapping[str, Any] | None = None) -> Path:
+  """results/runs/<task>/<mixer label>/<preset>[+<departures>]_seed<N> (run_identity.run_name);
+  `reference`: today's preset config (reference_config) where the caller has it already."""
+  if reference is None:
+    reference = reference_config(config.to_dict()).to_dict()
+  name = run_identity.run_name(config.to_dict(), reference)
   return Path(results_dir) / "runs" / config.task / mixer_label(config) / name
 
 
