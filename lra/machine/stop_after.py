@@ -229,9 +229,6 @@ class Deadline:
       self._synced = step
     return now - self.started + self.next_cost_s(step) > self.limit_s
 
-  def left_s(self) -> float:
-    return self.limit_s - (self.clock() - self.started)
-
 
 def for_run(limit_s: float, config, eval_rows: int, lag: int = 0) -> Deadline:
   """The deadline of a run with this config (an ml_collections ConfigDict) whose evaluations
