@@ -7,6 +7,7 @@
   training/   the loop, optimizer, dropout bits, evaluation of a checkpoint
   runs/       a run's config and its folder: identity, lock, files, checkpoints, archive
   machine/    devices and hosts, memory, isolated calls, signals, wall-time limits
+  base/       what every room and tasks/ use: the progress meter, the sha256 manifests (seals)
   errors.py   a user's mistake as opposed to a bug (imports nothing; tasks, models, configs use it)
 
 tests/test_layout.py holds the order and fails on an import against it or an import circle.

@@ -19,7 +19,7 @@ from lra.training import init_from, train
 from lra.runs.config_loading import (default_data_dir, default_run_dir, load_data,
                                      reference_config, resolve_config)
 from lra.machine.memory import OutOfMemoryError
-from lra.tasks.contract import progress as data_progress
+from lra.base import progress as data_progress
 
 
 def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str] = (),

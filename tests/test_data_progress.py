@@ -3,7 +3,7 @@ nothing for quick work or under `quiet()`."""
 import io
 import re
 
-from lra.tasks.contract import progress
+from lra.base import progress
 from lra.tasks.generators import listops as listops_generator
 
 

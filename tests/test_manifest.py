@@ -1,4 +1,4 @@
-"""tasks/contract/manifest.py: the one sha256 manifest behind checkpoints' seals, packs and the
+"""lra/base/manifest.py: the one sha256 manifest behind checkpoints' seals, packs and the
 data cache; its entries equal the formats already on disk (the committed packs still verify)."""
 import hashlib
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lra.runs import checkpoints, pack
-from lra.tasks.contract import manifest
+from lra.base import manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED_PACKS = sorted((ROOT / "results").glob("*/*/run.pack"))

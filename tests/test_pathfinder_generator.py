@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lra.tasks.contract import progress as data_progress
+from lra.base import progress as data_progress
 from lra.tasks.generators.pathfinder import generate as pg
 from lra.tasks.generators.pathfinder import maps, render, snakes, stats, strokes
 from lra.tasks.generators.pathfinder.metadata import read_metadata

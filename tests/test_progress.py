@@ -1,11 +1,11 @@
-"""Training's meter (lra.tasks.contract.progress.Steps): an ETA at every log point, right past a
+"""Training's meter (lra.base.progress.Steps): an ETA at every log point, right past a
 day, and a first estimate early when log points are far apart (a CPU run's first log point can be
 minutes in); a rich bar on a terminal, plain lines in a log."""
 import io
 import re
 
 from lra import run
-from lra.tasks.contract import progress
+from lra.base import progress
 
 
 class Clock:

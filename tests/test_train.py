@@ -9,7 +9,7 @@ import pytest
 from lra.models.build import build_model
 from lra import run
 from lra.training import train
-from lra.tasks.contract import progress
+from lra.base import progress
 from lra.runs.config_loading import apply_overrides, data_cache_dir, load_config
 from lra.runs.writers import read_metrics
 from lra.tasks.contract.batches import eval_batches

@@ -48,7 +48,7 @@ from jax.experimental import multihost_utils
 from lra import errors
 from lra.machine import distributed
 from lra.runs import writers
-from lra.tasks.contract import manifest
+from lra.base import manifest
 
 MANIFEST = "lra_manifest.json"
 DAMAGED = "damaged"

@@ -30,7 +30,7 @@ from typing import Any
 
 from lra import errors
 from lra.runs import best_params, run_lock
-from lra.tasks.contract import manifest as digests  # `manifest` names the archive's here
+from lra.base import manifest as digests  # `manifest` names the archive's here
 
 PART_BYTES = 16 * 2**20
 MANIFEST = "lra_pack.json"

@@ -1,3 +1,4 @@
 """Training and evaluating a model: the one loop (train), the optimizer (optim), dropout's random
 bits (dropout_rng) and `lra eval`'s evaluation of a saved checkpoint (evaluation).
-May import: lra.runs, lra.machine, lra.errors, and lra.tasks / lra.models / lra.configs."""
+May import: lra.runs, lra.machine, lra.base, lra.errors, and lra.tasks / lra.models /
+lra.configs."""

@@ -45,7 +45,7 @@ from lra.models.build import build_model, execution_path, mixer_factory
 from lra.models.mixers import contract
 from lra.tasks.contract.batches import Batching, eval_batches, step_batches
 from lra.tasks.contract.cache import PreparedData
-from lra.tasks.contract.progress import Steps, Throughput
+from lra.base.progress import Steps, Throughput
 from lra.tasks.contract.spec import TaskSpec
 
 

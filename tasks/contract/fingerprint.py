@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from lra.tasks.contract.manifest import PREFIX, sha256_file
+from lra.base.manifest import PREFIX, sha256_file
 
 
 def sha256_of(root: Path, files: Iterable[Path]) -> dict[str, str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from lra import errors
-from lra.tasks.contract import manifest
+from lra.base import manifest
 
 _BLOCK = 1 << 12
 _SAMPLES = 16  # gaps between sampled blocks; the blocks are _SAMPLES + 1, first and last included

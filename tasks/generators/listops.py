@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lra import errors
 from lra.tasks.contract.atomic import replacing
-from lra.tasks.contract.progress import Meter
+from lra.base.progress import Meter
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 LEAF_PROBABILITY = 0.75

@@ -15,7 +15,7 @@ import numpy as np
 from lra import errors
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.fingerprint import sha256_of
-from lra.tasks.contract.progress import Meter
+from lra.base.progress import Meter
 from lra.tasks.generators import listops as listops_generator
 from lra.tasks.sources.release import RELEASE_URL, locate
 from lra.tasks.contract.spec import Task

@@ -24,7 +24,7 @@ from lra.tasks.sources import pixels
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.cache import SPLITS
 from lra.tasks.contract.fingerprint import sha256_of, stat_digest
-from lra.tasks.contract.progress import tracked
+from lra.base.progress import tracked
 from lra.tasks.sources.release import RELEASE_URL, find_in_release
 from lra.tasks.contract.spec import Task
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from lra import errors
-from lra.tasks.contract.progress import Meter
+from lra.base.progress import Meter
 from lra.tasks.generators.pathfinder.metadata import format_row, read_metadata
 from lra.tasks.generators.pathfinder.params import DIFFICULTIES, RESOLUTIONS, Params, get_params
 from lra.tasks.generators.pathfinder.render import encode_png, render

@@ -6,8 +6,8 @@ seal (lra_manifest.json, lra/runs/checkpoints.py) and a run's archive (lra_pack.
 lra/runs/pack.py). An entry is {"bytes": size, "sha256": hex digest}; meta.json's digests carry a
 "sha256:" prefix (its source fingerprints are of other kinds too), which `entry` writes when asked.
 
-It lives in lra.tasks.contract because the data cache, the lowest layer that checks files, needs
-it: lra.tasks never imports the runner (lra/), and the runner imports it from here.
+It lives in lra/base/, the room under every other: the data cache (lra.tasks), checkpoints and
+packs (lra.runs) share it.
 """
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 
 On a terminal both draw a rich bar; off one (a log file, a batch job) they print plain lines: data
 work one at each tenth, training one at each log point, so a log stays readable. Times are H:MM:SS,
-with days past 24 hours ("1 d 03:12:05"). It lives beside the data contract because lra.tasks never
-imports the runner, which imports it from here. `quiet()` silences every meter inside it
+with days past 24 hours ("1 d 03:12:05"). It lives in lra/base/, the room under every other, so
+lra.tasks (data work) and the runner (training) share it. `quiet()` silences every meter inside it
 (`lra run --quiet`).
 """
 from __future__ import annotations
