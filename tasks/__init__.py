@@ -1,9 +1,16 @@
-"""Task registry: `TASKS[name]` is the `Task` of tasks/<name>.py (six LRA tasks + extras)."""
+"""Task registry: `TASKS[name]` is the `Task` of tasks/sources/<name>.py or tasks/generators/
+<name>.py (six LRA tasks + extras), and `prepared`, a task's checked cache (generated first for the
+small presets that make their own data)."""
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 from lra import errors
 from lra.tasks.generators import synthetic
 from lra.tasks.sources import image, listops, pathfinder, pathx, retrieval, text
+from lra.tasks.contract.cache import CacheDamagedError, DataMissingError, PreparedData
 from lra.tasks.contract.spec import Task, TaskSpec
 
 TASKS: dict[str, Task] = {
@@ -26,4 +33,31 @@ def get_task(name: str) -> Task:
                              f"{', '.join(sorted(TASKS))}") from None
 
 
-__all__ = ["TASKS", "Task", "TaskSpec", "get_task"]
+def prepared(name: str, cache_dir: Path, generator: Mapping[str, Any] | None = None,
+             log: Callable[[str], None] = print) -> PreparedData:
+  """Task `name`'s prepared cache at `cache_dir`, checked. With `generator` (the settings of its
+  small generated data) a missing or damaged cache is made again: the raw files first
+  (`<cache_dir>_raw`), then the cache, each replaced whole, so a kill while generating leaves
+  nothing half-written for the next call to trip on.
+
+  Raises:
+    DataMissingError, CacheDamagedError: no usable cache and nothing to generate it from.
+  """
+  task = get_task(name)
+  try:
+    return PreparedData(cache_dir, hint=task.data_hint)
+  except (DataMissingError, CacheDamagedError) as problem:
+    if generator is None or not task.generate_small:
+      raise
+    if isinstance(problem, CacheDamagedError):
+      log(f"{name}: {problem.path.name} in {cache_dir} is damaged ({problem.problem}); "
+          "generating the data again")
+  raw_dir = cache_dir.with_name(cache_dir.name + "_raw")
+  log(f"{name}: generating data in {raw_dir} (seeded, no download)")
+  # The generator says where in raw_dir its output lies (a Pathfinder difficulty's folder, say).
+  options = task.generate_small(raw_dir, **generator) or {}
+  task.prepare_cache(raw_dir, cache_dir, **options)
+  return PreparedData(cache_dir, hint=task.data_hint)
+
+
+__all__ = ["TASKS", "Task", "TaskSpec", "get_task", "prepared"]

@@ -457,7 +457,7 @@ def test_an_allocation_that_fails_despite_the_estimate_ends_the_run_in_the_same_
                         capture_output=True, env=env)
   assert done.returncode == 2, done.stderr
   generating, line = done.stderr.splitlines()  # the data it makes for itself, then the error
-  assert generating.startswith("listops: generating smoke data"), done.stderr
+  assert generating.startswith("listops: generating data"), done.stderr
   assert line.startswith("lra: error: out of memory in the train step ("), line
   assert "Out of memory allocating" in line and "XLA estimated " in line
   for setting in ("--config.train.grad_accum_steps=2", "--config.mixers.softmax.query_chunk=128"):

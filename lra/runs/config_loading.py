@@ -18,8 +18,8 @@ import ml_collections
 from lra import errors
 from lra.configs import common
 from lra.runs import run_identity
-from lra.tasks import TASKS, get_task
-from lra.tasks.contract.cache import CacheDamagedError, DataMissingError, PreparedData
+from lra.tasks import TASKS, prepared
+from lra.tasks.contract.cache import PreparedData
 
 
 def load_config(task: str, preset: str = "paper",
@@ -218,22 +218,7 @@ def apply_overrides(config: ml_collections.ConfigDict,
 
 def load_data(config: ml_collections.ConfigDict, data_dir: Path,
               log=lambda msg: print(msg, file=sys.stderr)) -> PreparedData:
-  """The prepared cache for this config, checked; small presets (re)generate theirs when it is
-  missing or damaged. Both the raw files and the cache are replaced whole, so a run killed while
-  generating leaves nothing half-written for the next one to trip on."""
-  task = get_task(config.task)
-  cache_dir = data_cache_dir(config, data_dir)
-  try:
-    return PreparedData(cache_dir, hint=task.data_hint)
-  except (DataMissingError, CacheDamagedError) as problem:
-    if not (config.data.generate and task.generate_small):
-      raise
-    if isinstance(problem, CacheDamagedError):
-      log(f"{config.task}: {problem.path.name} in {cache_dir} is damaged ({problem.problem}); "
-          "generating the data again")
-  raw_dir = cache_dir.with_name(cache_dir.name + "_raw")
-  log(f"{config.task}: generating {config.preset} data in {raw_dir} (seeded, no download)")
-  # The generator says where in raw_dir its output lies (a Pathfinder difficulty's folder, say).
-  options = task.generate_small(raw_dir, **config.data.generator.to_dict()) or {}
-  task.prepare_cache(raw_dir, cache_dir, **options)
-  return PreparedData(cache_dir, hint=task.data_hint)
+  """The prepared cache this config names, checked; the small presets that make their own data
+  (data.generate) make it again when it is missing or damaged (lra.tasks.prepared)."""
+  generator = config.data.generator.to_dict() if config.data.generate else None
+  return prepared(config.task, data_cache_dir(config, data_dir), generator, log)
