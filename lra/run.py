@@ -19,6 +19,7 @@ from lra.training import init_from, train
 from lra.runs.config_loading import (default_data_dir, default_run_dir, load_data,
                                      reference_config, resolve_config)
 from lra.machine.memory import OutOfMemoryError
+from lra.models.build import input_words
 from lra.base import progress as data_progress
 
 
@@ -91,7 +92,7 @@ def _run_locked(config: ml_collections.ConfigDict, reference: dict[str, Any], ru
         f"{data.cache_dir} holds ({'; '.join(changes)}). Point --data-dir at the data it was "
         "trained on, or start a new run: --run-dir NEW, or delete that folder.")
   if progress:
-    print(f"{task} x {mixer} ({preset}): {data.spec.seq_len} tokens, "
+    print(f"{task} x {mixer} ({preset}): {input_words(config, data.spec.seq_len)}, "
           f"{data.num_examples('train')} train examples -> {run_dir}", file=sys.stderr)
   return train.train_and_evaluate(config, data, run_dir, progress=progress,
                                   stop_after_s=stop_after_s)

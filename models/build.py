@@ -91,6 +91,20 @@ def build_encoder(config: ml_collections.ConfigDict, spec: Any) -> Encoder:
                  patch=m.get("patch", 1))
 
 
+def tokens_seen(config: ml_collections.ConfigDict, seq_len: int) -> int:
+  """The tokens the encoder reads from a task's T: T, or T / p^2 with `model.patch=p` (each p x p
+  square of pixels one token; Pathfinder's `squares`: 1,024 pixels -> 64 tokens)."""
+  return seq_len // config.model.get("patch", 1) ** 2
+
+
+def input_words(config: ml_collections.ConfigDict, seq_len: int) -> str:
+  """"2000 tokens", or "64 tokens (4x4 squares of 1024 pixels)": what a run's header, its dry
+  run and the tables say the model reads."""
+  tokens, patch = tokens_seen(config, seq_len), config.model.get("patch", 1)
+  return f"{tokens} tokens" + (f" ({patch}x{patch} squares of {seq_len} pixels)"
+                               if patch > 1 else "")
+
+
 def execution_path(config: ml_collections.ConfigDict) -> str:
   """How this config's mixer computes on this process's backend (`mixers.execution_path`): e.g.
   "cudnn" or "einsum (query chunks of 128)" for softmax, "" for a mixer with one way."""

@@ -209,7 +209,7 @@ def test_the_readmes_own_layer_steps_run_from_a_folder_of_ones_own(tmp_path, mon
   mixer = next(p.name for p in (tmp_path / "results/local/runs/synthetic").iterdir())
   assert mixer.startswith("MeanGate@")
   synthetic = (tmp_path / "results/local/tables/synthetic.md").read_text()
-  assert f"| ours | {mixer} | smoke |" in synthetic
+  assert f"| yours | {mixer} | smoke |" in synthetic
   assert "| committed | latte | paper |" in synthetic  # the built-in rows beside, marked
   lra_md = (tmp_path / "results/local/tables/lra.md").read_text()
   assert "| latte (committed) | ListOps | laptop |" in lra_md

@@ -62,7 +62,7 @@ def test_own_mixer_trains_records_its_source_and_is_tabled(layer_file, tmp_path)
   assert main(["table", "--results-dir", str(results)]) == 0
   with open(results / "tables" / "synthetic.csv", newline="") as f:
     rows = csv.DictReader(line for line in f if not line.startswith("#"))
-    [row] = [r for r in rows if r["source"] == "ours"]
+    [row] = [r for r in rows if r["source"] == "yours"]
   assert row["mixer"] == label and row["runs"] == run_dir.name
   assert float(row["test_accuracy"]) == pytest.approx(100 * final["test_accuracy"])
 

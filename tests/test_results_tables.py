@@ -126,7 +126,7 @@ def test_table_rows_against_hand_computation(grid):
   published = {r["model"]: r for r in tables.load_published()}
   latte_ref = published["Latte Bid. L=40"]
   rows = read_csv(res / "tables" / "lra.csv")
-  ours = [r for r in rows if r["source"] == "ours"]
+  ours = [r for r in rows if r["source"] == "yours"]
   assert [(r["mixer"], r["preset"]) for r in ours] == [
       ("softmax", "lra"), ("latte", "paper"),
       ("latte", "paper (paper+mixers.latte.num_latents=8)"), ("softmax", "demo")]
@@ -160,9 +160,9 @@ def test_table_rows_against_hand_computation(grid):
       statistics.fmean(float(published["Mega"][t]) for t in tables.AVG_TASKS), abs=1e-4)
 
   listops = read_csv(res / "tables" / "listops.csv")
-  demo_row = next(r for r in listops if r["source"] == "ours" and r["preset"] == "demo")
+  demo_row = next(r for r in listops if r["source"] == "yours" and r["preset"] == "demo")
   assert demo_row["runs"] == "demo_seed0;demo_seed1" and demo_row["at_chance"] == "false"
-  assert {r["runs"] for r in listops if r["source"] == "ours"} == {
+  assert {r["runs"] for r in listops if r["source"] == "yours"} == {
       "paper_seed0;paper_seed1;paper_seed2", "demo_seed0;demo_seed1", "lra_seed0",
       "paper+mixers.latte.num_latents=8_seed0"}  # diverged/running left out
   lra_md = (res / "tables" / "lra.md").read_text()
@@ -193,7 +193,7 @@ def test_runs_from_before_a_new_final_key_still_tabulate(tmp_path):
   write_run(res, "listops", "softmax", "demo", 0, 0.4)
   files = tables.build(res)
   rows = {line.split("|")[2].strip(): line for line in files["tables/listops.md"].splitlines()
-          if line.startswith("| ours")}
+          if line.startswith("| yours")}
   assert "| 640 |" in rows["latte"]
   assert "| 640 |" not in rows["softmax"] and "nan" not in rows["softmax"].lower()
 
@@ -208,7 +208,7 @@ def test_check_detects_stale_tables_and_readme(grid, tmp_path, capsys):
   assert main(["table", "--results-dir", str(res), "--readme", str(readme)]) == 0
   text = readme.read_text()
   # Your rows, beside the repository's committed ones: marked as yours.
-  assert "| latte (ours) | paper |" in text and text.endswith("## y\n")
+  assert "| latte (yours) | paper |" in text and text.endswith("## y\n")
   assert tables.MADE_AT.search(text)  # says the commit it was made at
   assert "| softmax | demo |" not in text  # small presets stay in results/tables/lra.md
   check = ["table", "--results-dir", str(res), "--readme", str(readme), "--check"]
@@ -223,8 +223,8 @@ def test_check_detects_stale_tables_and_readme(grid, tmp_path, capsys):
   (res / "tables" / "notes.md").write_text("hand-written")
   assert main(check) == 1
   (res / "tables" / "notes.md").unlink()
-  readme.write_text(readme.read_text().replace("| latte (ours) | paper |",
-                                                "| latte (ours) | edited |"))
+  readme.write_text(readme.read_text().replace("| latte (yours) | paper |",
+                                                "| latte (yours) | edited |"))
   assert main(check) == 1
   assert "lra table --results-dir" in capsys.readouterr().err  # the command that fixes it
 
@@ -243,7 +243,7 @@ def test_table_reads_your_runs_by_default_and_the_committed_ones_when_asked(grid
   write_run(local, "listops", "linear", "laptop", 0, 0.36)
   assert main(["table"]) == 0
   assert "no runs in" not in capsys.readouterr().err
-  assert "| linear (ours) | ListOps | laptop |" in (local / "tables" / "lra.md").read_text()
+  assert "| linear (yours) | ListOps | laptop |" in (local / "tables" / "lra.md").read_text()
   assert readme.read_text().count("old") == 1 and not (res / "tables").exists()
   assert main(["table", "--check"]) == 1  # the committed tables were never written
   assert main(["table", "--committed"]) == 0
@@ -437,26 +437,26 @@ def test_your_tables_show_the_committed_rows_beside_yours_never_averaged(tmp_pat
   (tmp_path / "lra.csv").write_text(files["tables/lra.csv"])
   rows = read_csv(tmp_path / "lra.csv")
   latte = {r["source"]: r for r in rows if r["mixer"] == "latte" and r["source"] != "published"}
-  assert (float(latte["ours"]["listops"]), latte["ours"]["listops_n"]) == (50.0, "1")
+  assert (float(latte["yours"]["listops"]), latte["yours"]["listops_n"]) == (50.0, "1")
   assert (float(latte["committed"]["listops"]), latte["committed"]["listops_n"]) == (32.0, "2")
   md = files["tables/lra.md"]
   assert "beside 3 of the repository's committed run(s)" in md.split("-->")[0]
   cpu = md.split("## Ours: the LRA tasks on a CPU")[1].split("##")[0]
   # Yours are marked beside the committed ones, as listops.md's source column marks them.
-  assert "| latte (ours) | ListOps | laptop | 50.00 |" in cpu
+  assert "| latte (yours) | ListOps | laptop | 50.00 |" in cpu
   assert "| latte (committed) | ListOps | laptop | 32.00 ± 2.83 (n=2) |" in cpu
   assert "| softmax (committed) | ListOps | laptop | 36.00 |" in cpu
-  assert cpu.index("| latte (ours) |") < cpu.index("| latte (committed) |")  # yours first
+  assert cpu.index("| latte (yours) |") < cpu.index("| latte (committed) |")  # yours first
   assert "never with yours" in md
   task = files["tables/listops.md"]
-  assert "| ours | latte | laptop |" in task and "| committed | latte | laptop |" in task
+  assert "| yours | latte | laptop |" in task and "| committed | latte | laptop |" in task
   alone = tables.build(mine)["tables/lra.md"]
-  assert "(committed)" not in alone and "(ours)" not in alone  # nothing to tell apart
+  assert "(committed)" not in alone and "(yours)" not in alone  # nothing to tell apart
   # The command: the repository's own committed runs beside yours, by default.
   assert main(["table", "--results-dir", str(mine)]) == 0
   assert "beside" in capsys.readouterr().out.strip().splitlines()[-1]
   lra_md = (mine / "tables" / "lra.md").read_text()
-  assert "| latte (ours) | ListOps | laptop | 50.00 |" in lra_md
+  assert "| latte (yours) | ListOps | laptop | 50.00 |" in lra_md
   assert "| softmax (committed) | ListOps | laptop |" in lra_md
   assert main(["table", "--results-dir", str(mine), "--mine-only"]) == 0
   assert "(committed)" not in (mine / "tables" / "lra.md").read_text()

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from lra import errors
+from lra.report.table_rules import COMMITTED, YOURS
 from lra.runs.config_loading import preset_reference
 from lra.runs.run_identity import as_trained, config_fingerprint, flatten
 
@@ -29,7 +30,7 @@ FINAL_KEYS = ("status", "task", "mixer", "preset", "seed", "step", "num_steps", 
               "val_accuracy", "test_accuracy", "best_test_accuracy", "best_test_step",
               "test_accuracy_last", "chance_accuracy", "majority_accuracy", "num_params",
               "steps_per_s", "wall_time_s", "examples_seen", "seq_len", "device", "num_devices",
-              "cpu_cores", "git_sha", "objective")
+              "cpu_cores", "git_sha", "objective", "tokens")
 # The three statistics a run reports, by the final.json key that holds each.
 ACCURACIES = ("test_accuracy", "best_test_accuracy", "test_accuracy_last")
 
@@ -54,6 +55,14 @@ def committed_results_dir() -> Path | None:
   (`pip install -e .`), wherever the working directory is; None for an installed copy."""
   folder = Path(__file__).resolve().parents[2] / "results"
   return folder if (folder / "runs").is_dir() else None
+
+
+def own_source(results_dir: Path | str) -> str:
+  """Whose runs a folder's own are: the repository's committed results (`lra table
+  --committed`) are COMMITTED, any other folder's are YOURS (lra.report.table_rules)."""
+  committed = committed_results_dir()
+  return (COMMITTED if committed is not None
+          and Path(results_dir).resolve() == committed.resolve() else YOURS)
 
 
 class RunFileWarning(UserWarning):
@@ -153,6 +162,8 @@ def load_runs(results_dir: Path | str = "results", *, status: str | None = None)
       continue
     reference = preset_reference(config) if config else None
     row = {key: final.get(key) for key in FINAL_KEYS}
+    if row["tokens"] is None and row["seq_len"] is not None:  # runs from before "tokens"
+      row["tokens"] = int(row["seq_len"]) // int(config.get("model", {}).get("patch", 1)) ** 2
     row.update(run=run_dir.name, variant=_SEED_SUFFIX.sub("", run_dir.name),
                run_dir=run_dir.relative_to(results_dir.parent).as_posix(),
                config_id=config_fingerprint(config, reference), config=flatten(config))
@@ -244,7 +255,8 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     of the three statistics (test_accuracy at the best val step, best_test_accuracy,
     test_accuracy_last) and of val_accuracy; test_accuracy_min / _max over the seeds; means of
     chance_accuracy, majority_accuracy, steps_per_s, examples_seen, wall_time_s; num_params,
-    seq_len, num_steps when the seeds agree; device (distinct devices joined by ';').
+    seq_len, tokens (what the model reads: seq_len over the squares' pixels), num_steps when the
+    seeds agree; device (distinct devices joined by ';').
     Accuracies stay fractions in 0..1.
   """
   keys = ["task", "mixer", "preset", "variant", "config_id"]
@@ -269,7 +281,7 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     for metric in ("chance_accuracy", "majority_accuracy", "steps_per_s", "examples_seen",
                    "wall_time_s"):
       row[metric] = _mean_std(group[metric])[0]
-    for metric in ("num_params", "seq_len", "num_steps"):
+    for metric in ("num_params", "seq_len", "tokens", "num_steps"):
       values = sorted({int(v) for v in _numbers(group[metric])})
       row[metric] = values[0] if len(values) == 1 else None
     row["device"] = ";".join(sorted({str(d) for d in group["device"] if d}))

@@ -17,7 +17,7 @@ from typing import Any
 
 from lra import errors
 from lra.report import ledger, results, run_summary
-from lra.report.table_rules import COMMITTED, LRA_TASKS, OURS, TASK_TITLES
+from lra.report.table_rules import COMMITTED, LRA_TASKS, YOURS, TASK_TITLES
 from lra.report.tables import load_published
 
 # The grid that is always shown, run or not: the papers' protocol on the LRA tasks.
@@ -114,7 +114,7 @@ def grid(yours: Iterable[Mapping[str, Any]], committed: Iterable[Mapping[str, An
     mixers: the mixers every `paper` grid lists, run or not, in this order (then the others).
     costs: ledger_costs; a cell they name gets a mark [k], and the grid the note "[k] ...".
   """
-  runs = [dict(r, source=OURS) for r in yours] + [dict(r, source=COMMITTED) for r in committed]
+  runs = [dict(r, source=YOURS) for r in yours] + [dict(r, source=COMMITTED) for r in committed]
   if presets is None:
     presets = [ALWAYS] + sorted({r["preset"] for r in runs} - {ALWAYS})
   order = {m: i for i, m in enumerate(mixers)}
@@ -124,7 +124,7 @@ def grid(yours: Iterable[Mapping[str, Any]], committed: Iterable[Mapping[str, An
     tasks = sorted({r["task"] for r in mine} | set(LRA_TASKS if preset == ALWAYS else ()),
                    key=lambda t: (LRA_TASKS.index(t) if t in LRA_TASKS else len(LRA_TASKS), t))
     keys = {(r["mixer"], _variant(r), r["source"]) for r in mine}
-    keys |= {(m, "", OURS) for m in (mixers if preset == ALWAYS else ())
+    keys |= {(m, "", YOURS) for m in (mixers if preset == ALWAYS else ())
              if not any(k[0] == m for k in keys)}
     table = Grid(["mixer", *(TASK_TITLES.get(t, t) for t in tasks)], [], [], [])
     for mixer, variant, source in sorted(keys, key=lambda k: (
@@ -135,7 +135,7 @@ def grid(yours: Iterable[Mapping[str, Any]], committed: Iterable[Mapping[str, An
                      (mixer, variant, source, task)])
         cost = None if variant else (costs or {}).get((task, mixer, preset))
         row.append((text, f"{TASK_TITLES.get(task, task)}, {mixer}: {cost}" if cost else None))
-      (table.yours if source == OURS else table.committed).append(row)
+      (table.yours if source == YOURS else table.committed).append(row)
     table.yours.sort(key=lambda row: all(text == NOT_RUN for text, _ in row[1:]))
     # Notes numbered as the rows are read: yours, then the committed runs.
     marks: dict[str, int] = {}

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from lra.report.table_rules import (AVG_TASKS, CHANCE_MARGIN, COMMITTED, CPU_PRESETS, LRA_TASKS,
-                                    OURS, PROTOCOL_PRESETS, PUBLISHED, RUN_SOURCES, STATISTICS,
+                                    YOURS, PROTOCOL_PRESETS, PUBLISHED, RUN_SOURCES, STATISTICS,
                                     TASK_TITLES, group)
 
 CHANCE_MARK = "‡"
@@ -28,15 +28,21 @@ LEGEND = (
 
 
 COMMITTED_NOTE = ("Rows marked committed are the repository's committed runs, shown beside "
-                  "yours (marked ours) for comparison: each is averaged over its own seeds only, "
+                  "yours (marked yours) for comparison: each is averaged over its own seeds only, "
                   "never with yours.")
 
 
 def _mixer(row: dict[str, Any], mixed: bool = False) -> str:
-  """The mixer cell: its name, marked when the row is the repository's committed runs, and, in a
-  table that has such rows (`mixed`), when it is yours (as <task>.md's source column says)."""
-  mark = {COMMITTED: " (committed)", OURS: " (ours)" if mixed else ""}.get(row["source"], "")
+  """The mixer cell: its name, and in a table of yours beside the committed runs (`mixed`) whose
+  runs it is (as <task>.md's source column says)."""
+  mark = {COMMITTED: " (committed)", YOURS: " (yours)"}.get(row["source"], "") if mixed else ""
   return row["mixer"] + mark
+
+
+def _beside(own: str, rows) -> bool:
+  """Whether a table of your folder (`own` YOURS) shows committed rows beside: then each row says
+  whose it is. The committed tables' own rows are all COMMITTED and need no mark."""
+  return own == YOURS and any(r["source"] == COMMITTED for r in rows)
 
 
 def _missing(value: Any) -> bool:
@@ -107,7 +113,7 @@ def _protocol_tables(rows: list[dict[str, Any]], h: str, mixed: bool = False) ->
   return parts
 
 
-def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]],
+def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]], own: str,
                       level: int = 2, cpu_reference: str = "") -> str:
   """The lra.md sections, headings at `level` (the README's block is `readme_body`).
 
@@ -121,8 +127,7 @@ def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
   ours = [r for r in rows if r["source"] in RUN_SOURCES]
   by_group = {g: [r for r in ours if group(r["preset"]) == g] for g in ("protocol", "cpu",
                                                                        "small")}
-  # Your rows are marked only beside committed ones: the committed tables are all "ours".
-  mixed = any(r["source"] == COMMITTED for r in (*ours, *cpu_rows))
+  mixed = _beside(own, (*ours, *cpu_rows))
   parts = [LEGEND + (f" {COMMITTED_NOTE}" if mixed else ""),
            *_protocol_part(by_group["protocol"], h, mixed), _cpu_heading(h)]
   parts.append("The full LRA task data at full length, with a model small enough to train on a "
@@ -162,7 +167,7 @@ def lra_markdown_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]
   return "\n\n".join(parts) + "\n"
 
 
-def readme_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]],
+def readme_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]], own: str,
                 level: int = 3) -> str:
   """The README's results: our `paper`/`lra` rows (where there are any) and the CPU summary (a
   line per mixer, a column per task), under headings at `level`. The legend, each run's cost and
@@ -174,7 +179,7 @@ def readme_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]],
   """
   h = "#" * level
   ours = [r for r in rows if r["source"] in RUN_SOURCES]
-  mixed = any(r["source"] == COMMITTED for r in (*ours, *cpu_rows))
+  mixed = _beside(own, (*ours, *cpu_rows))
   protocol = [r for r in ours if group(r["preset"]) == "protocol"]
   # Without protocol rows the section would only say so (the README's status says it already),
   # and the CPU table then needs no heading of its own.
@@ -342,11 +347,20 @@ def _cpu_table(rows: list[dict[str, Any]], mixed: bool = False) -> str:
        for r in rows])
 
 
-def task_markdown(task: str, rows: list[dict[str, Any]], made_by: str) -> str:
+def _tokens(row: dict[str, Any]) -> str:
+  """The tokens the model read, and the pixels where they differ ("64 (1,024 px)")."""
+  tokens, pixels = row.get("tokens"), row.get("seq_len")
+  if _missing(tokens):
+    return _fmt(pixels, 0)
+  return _fmt(tokens, 0) + (f" ({_count(pixels)} px)" if not _missing(pixels) and pixels != tokens
+                            else "")
+
+
+def task_markdown(task: str, rows: list[dict[str, Any]], made_by: str, own: str) -> str:
   """<task>.md: every experiment of one task with all three statistics, then the published."""
   title = TASK_TITLES.get(task, task)
   header = ["source", "model", "preset", "best test", "at best val", "last step", "val acc",
-            "chance / majority", "published", "Δ", "steps/s", "params", "T", "steps",
+            "chance / majority", "published", "Δ", "steps/s", "params", "tokens", "steps",
             "examples seen", "wall time", "device", "runs"]
   body = []
   for r in rows:
@@ -362,8 +376,9 @@ def task_markdown(task: str, rows: list[dict[str, Any]], made_by: str) -> str:
                          else ""),
         "" if r["delta"] is None else f"{r['delta']:+.2f} vs {r['published_model']}",
         _fmt(r["steps_per_s"], 1), _count(r["num_params"]),
-        _fmt(r["seq_len"], 0), _fmt(r["num_steps"], 0),
+        _tokens(r), _fmt(r["num_steps"], 0),
         _count(r["examples_seen"]),
         _duration(r["wall_time_s"]), r["device"] or "", r["runs"] or r["reference"] or ""])
-  legend = LEGEND + (f" {COMMITTED_NOTE}" if any(r["source"] == COMMITTED for r in rows) else "")
+  mixed = _beside(own, rows)
+  legend = LEGEND + (f" {COMMITTED_NOTE}" if mixed else "")
   return f"# {title}\n\n<!-- {made_by} -->\n\n{legend}\n\n{_md_table(header, body)}\n"

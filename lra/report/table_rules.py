@@ -14,10 +14,11 @@ TASK_TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "
 # the LRA task at full length with small models on a CPU (published numbers beside, no Δ: other
 # models), and the small sanity-check presets.
 PROTOCOL_PRESETS = ("paper", "lra", "published")
-# Whose experiment a row is: the folder's own runs, the repository's committed runs shown beside a
-# user's (each summarised apart, so a committed seed never enters a user's mean), or a paper's.
-OURS, COMMITTED, PUBLISHED = "ours", "committed", "published"
-RUN_SOURCES = (OURS, COMMITTED)
+# Whose experiment a row is: yours (the runs of your results folder), the repository's committed
+# runs (the committed tables' own rows, and beside yours: each summarised apart, so a committed
+# seed never enters your mean), or a paper's.
+YOURS, COMMITTED, PUBLISHED = "yours", "committed", "published"
+RUN_SOURCES = (YOURS, COMMITTED)
 # statistic name -> (the column holding ours, what it is)
 STATISTICS = {
     "best_test": ("best_test_accuracy", "best test accuracy over evaluations (the Latte papers' "

@@ -13,10 +13,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lra.report import ledger
+from lra.report import ledger, results
 from lra.configs.common import mixer_configs
 from lra.report.table_markdown import _duration, _squares_rank_line
-from lra.report.table_rules import LRA_TASKS, OURS, TASK_TITLES, group
+from lra.report.table_rules import LRA_TASKS, TASK_TITLES, group
 
 PAGE = Path("docs") / "status.md"  # beside the README it belongs to
 README_MARKERS = ("<!-- lra-status:start -->", "<!-- lra-status:end -->")
@@ -40,7 +40,8 @@ class Status:
   """
 
   def __init__(self, task_rows: dict[str, list[Row]], results_dir: Path, probe: str = ""):
-    self.rows = {task: [r for r in rows if r["source"] == OURS]
+    own = results.own_source(results_dir)
+    self.rows = {task: [r for r in rows if r["source"] == own]
                  for task, rows in task_rows.items()}
     self.mixers = tuple(mixer_configs())  # the built-in mixers, as `lra list` names them
     self.results_dir = Path(results_dir)

@@ -31,7 +31,7 @@ from lra.runs import writers
 from lra.configs import pathfinder as pathfinder_config
 # The shared rules, re-exported: callers read them as tables.LRA_TASKS etc.
 from lra.report.table_rules import (AVG_TASKS, CHANCE_MARGIN, COMMITTED,  # noqa: F401
-                                    CPU_PRESETS, LRA_TASKS, OURS, PROTOCOL_PRESETS, PUBLISHED,
+                                    CPU_PRESETS, LRA_TASKS, YOURS, PROTOCOL_PRESETS, PUBLISHED,
                                     RUN_SOURCES, STATISTICS, TASK_TITLES, group)
 
 # Classes per LRA task, for the chance marks of published rows (ours carry their own).
@@ -46,7 +46,7 @@ TASK_COLUMNS = ["source", "model", "mixer", "preset", "num_runs", "runs",
                 "test_accuracy_std", "test_accuracy_min", "test_accuracy_max",
                 "test_accuracy_last", "test_accuracy_last_std", "val_accuracy", "chance_accuracy",
                 "majority_accuracy", "at_chance", "published", "published_statistic", "delta",
-                "published_model", "steps_per_s", "num_params", "seq_len", "num_steps",
+                "published_model", "steps_per_s", "num_params", "seq_len", "tokens", "num_steps",
                 "examples_seen", "wall_time_s", "device", "reference"]
 
 
@@ -122,14 +122,14 @@ def task_rows(task: str, summary: pd.DataFrame,
               published: list[dict[str, str]]) -> list[dict[str, Any]]:
   """The rows of results/tables/<task>.csv: our experiments, then the published ones.
 
-  `summary` may carry a `source` column (OURS or COMMITTED; OURS where absent).
+  `summary` may carry a `source` column (YOURS or COMMITTED; YOURS where absent).
   """
   rows = []
   ours = summary[summary["task"] == task] if not summary.empty else summary
   for exp in _ordered(ours, published):
     ref = reference_for(exp["mixer"], exp["config"], published) if task in LRA_TASKS else None
     shown = ref if group(exp["preset"]) != "small" else None
-    row = {"source": exp.get("source", OURS), "task": task, "model": exp["mixer"],
+    row = {"source": exp.get("source", YOURS), "task": task, "model": exp["mixer"],
            "mixer": exp["mixer"],
            "preset": exp["label"], "num_runs": exp["num_runs"], "runs": exp["runs"]}
     for column in (*results.ACCURACIES, "val_accuracy", "chance_accuracy",
@@ -144,7 +144,7 @@ def task_rows(task: str, summary: pd.DataFrame,
                published_model=shown["model"] if shown else "",
                delta=_delta(row, shown, task) if group(exp["preset"]) == "protocol" else None,
                reference="")
-    for column in ("steps_per_s", "num_params", "seq_len", "num_steps", "examples_seen",
+    for column in ("steps_per_s", "num_params", "seq_len", "tokens", "num_steps", "examples_seen",
                    "wall_time_s", "device"):
       row[column] = exp.get(column)
     rows.append(row)
@@ -170,7 +170,7 @@ def _ordered(ours: pd.DataFrame, published: list[dict[str, str]]) -> list[dict[s
     mixer_rank.setdefault(row["mixer"], len(mixer_rank))
   order = {"protocol": 0, "cpu": 1, "small": 2}
   return sorted(ours.to_dict("records"), key=lambda e: (
-      order[group(e["preset"])], RUN_SOURCES.index(e.get("source", OURS)),
+      order[group(e["preset"])], RUN_SOURCES.index(e.get("source", YOURS)),
       mixer_rank.get(e["mixer"], len(mixer_rank)), e["mixer"], e["label"]))
 
 
@@ -188,7 +188,7 @@ def lra_rows(summary: pd.DataFrame, published: list[dict[str, str]]) -> list[dic
   keys = []
   lra_summary = summary[summary["task"].isin(LRA_TASKS)] if not summary.empty else summary
   for exp in _ordered(lra_summary, published):
-    key = (exp.get("source", OURS), exp["mixer"], exp["label"])
+    key = (exp.get("source", YOURS), exp["mixer"], exp["label"])
     if key not in keys:
       keys.append(key)
   rows = []
@@ -288,7 +288,8 @@ def _build(results_dir: Path, published_csv: Path = REFERENCE_CSV,
   # Self-pretraining runs score hidden tokens, not the task: no row of an accuracy table.
   runs = classifiers(results.load_runs(results_dir))
   complete = runs[runs["status"] == "complete"]
-  summary = results.summarize(complete).assign(source=OURS)
+  own = results.own_source(results_dir)
+  summary = results.summarize(complete).assign(source=own)
   theirs = (classifiers(results.load_runs(committed, status="complete")) if committed
             else complete[:0])
   if len(theirs):
@@ -318,7 +319,7 @@ def _build(results_dir: Path, published_csv: Path = REFERENCE_CSV,
     task_made_by = made_by(lambda runs, task=task: runs["task"] == task, task)
     files[f"tables/{task}.csv"] = _csv_text(rows, TASK_COLUMNS,
                                             [task_made_by, "Accuracies in %."])
-    files[f"tables/{task}.md"] = table_markdown.task_markdown(task, rows, task_made_by)
+    files[f"tables/{task}.md"] = table_markdown.task_markdown(task, rows, task_made_by, own)
   rows = lra_rows(summary, published)
   lra_made_by = made_by(lambda runs: runs["task"].isin(LRA_TASKS),
                         "{" + ",".join(LRA_TASKS) + "}")
@@ -326,11 +327,12 @@ def _build(results_dir: Path, published_csv: Path = REFERENCE_CSV,
   other = [t for t in tasks if t not in LRA_TASKS]
   extra = ("\n\nOther tasks: " + ", ".join(f"[{t}]({t}.md)" for t in other) + ".") if other else ""
   files["tables/lra.md"] = (f"# LRA results\n\n<!-- {lra_made_by} -->\n\n"
-                            + table_markdown.lra_markdown_body(rows, cpu_rows, cpu_reference=(
+                            + table_markdown.lra_markdown_body(rows, cpu_rows, own, cpu_reference=(
                                 cpu_reference(results_dir) if any(
                                     r["task"] == "pathfinder" for r in cpu_rows) else ""))
                             + (f"\n{note}\n" if note else "") + (extra + "\n" if extra else ""))
-  return files, {"readme": table_markdown.readme_body(rows, cpu_rows), "task_rows": by_task}
+  return files, {"readme": table_markdown.readme_body(rows, cpu_rows, own),
+                 "task_rows": by_task}
 
 
 def classifiers(runs: pd.DataFrame) -> pd.DataFrame:

@@ -41,7 +41,7 @@ from lra.machine import stop_after
 from lra.runs import run_identity
 from lra.runs.config_loading import mixer_label
 from lra.runs.loggers import open_loggers
-from lra.models.build import build_model, execution_path, mixer_factory
+from lra.models.build import build_model, execution_path, mixer_factory, tokens_seen
 from lra.models.mixers import contract
 from lra.tasks.contract.batches import Batching, eval_batches, step_batches
 from lra.tasks.contract.cache import PreparedData
@@ -470,6 +470,7 @@ class RunFiles:
         "best_test_step": book.best_test["step"], "test_accuracy_last": last_test,
         "num_params": self.num_params, "steps_per_s": rate, "wall_time_s": wall,
         "examples_seen": step * config.train.batch_size, "seq_len": spec.seq_len,
+        "tokens": tokens_seen(config, spec.seq_len),
         "data": data_record(self.data.meta),
         "dtype": config.model.dtype, "batching": dataclasses.asdict(batching_of(config)),
         "stop_reason": stop_reason, **self.context,
