@@ -257,7 +257,7 @@ def describe(task: str, mixer: str, preset: str, overrides: Sequence[str] = (), 
   lines = [f"{task} x {config.model.mixer} (preset {preset}): dry run, nothing is trained or "
            "written.",
            f"run folder: {run_dir} ({_run_folder_state(run_dir)})",
-           f"data: {cache} ({data})",
+           f"data: {cache} ({data})", _input_line(config, cache),
            batching_line(config),
            *costs(config, overrides, results_dir),
            f"config ({sum(s != DEFAULT for _, _, s in rows)} of {len(rows)} values set by the "
@@ -266,6 +266,19 @@ def describe(task: str, mixer: str, preset: str, overrides: Sequence[str] = (), 
   at = next(i for i, line in enumerate(lines) if line.startswith("config ("))
   return "\n".join([*lines[:at], *_other_phase(config, overrides, run_dir, results_dir),
                     *lines[at:]])
+
+
+def _input_line(config: ml_collections.ConfigDict, cache: Path) -> str:
+  """What the model reads: its tokens (and the pixels they are made of), from the cache's length,
+  or with no cache yet, how the task's length becomes tokens."""
+  from lra.models.build import input_words  # pylint: disable=import-outside-toplevel
+  try:
+    seq_len = int(json.loads((cache / "meta.json").read_text())["seq_len"])
+    return f"input: {input_words(config, seq_len)}"
+  except (OSError, ValueError, KeyError):
+    patch = config.model.get("patch", 1)
+    return ("input: the task's tokens" if patch == 1 else f"input: each {patch}x{patch} square "
+            f"of pixels one token (the task's length / {patch ** 2})")
 
 
 def _other_phase(config: ml_collections.ConfigDict, overrides: Sequence[str], run_dir: Path,
