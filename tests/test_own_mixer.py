@@ -93,6 +93,42 @@ def test_lra_check_passes_the_good_layer_and_names_what_the_leaky_one_breaks(lay
   assert "reads only --config.mixers" in capsys.readouterr().err
 
 
+def test_an_error_in_ones_mixer_is_one_block_at_its_line_and_a_wrong_dtype_fails(
+    layer_file, capsys, monkeypatch):
+  """An exception raised in the user's own file is reported as that (type, message, file:line
+  and the line), once, with the properties it stopped unchecked, not as a property's failure; a
+  y of another dtype than x's fails `dtype`; `--fit` ends on one verdict for all it checked."""
+  monkeypatch.chdir(layer_file.parent.parent)
+  typo = layer_file.parent / "typo.py"
+  typo.write_text(MEAN_GATE.replace("nn.Dense(self.hidden)", "nn.Dens(self.hidden)"))
+  assert main(["check", "my_layers/typo.py:MeanGate"]) == 1
+  lines = capsys.readouterr().out.strip().splitlines()
+  number = 1 + typo.read_text().splitlines().index(next(
+      t for t in typo.read_text().splitlines() if "nn.Dens(" in t))
+  assert lines[1] == (f"ERROR my_layers/typo.py:{number} in __call__: AttributeError: module "
+                      "'flax.linen' has no attribute 'Dens'")
+  assert "nn.Dens(self.hidden)" in lines[2]
+  assert not any(line.startswith(("FAIL", "PASS", "SKIP")) for line in lines)
+  assert lines[-1].startswith("lra check: my_layers/typo.py:MeanGate raised an error in its own "
+                              "code")
+  half = layer_file.parent / "half.py"
+  half.write_text(MEAN_GATE.replace("gate[:, None, :], carry",
+                                    "gate[:, None, :]).astype(jnp.float16), carry").replace(
+                                        "return nn.Dense(self.dim)(x)", "return (nn.Dense("
+                                        "self.dim)(x)"))
+  assert main(["check", "my_layers/half.py:MeanGate"]) == 1
+  out = capsys.readouterr().out
+  assert "FAIL  dtype               y float16 for x float32" in out
+  from lra.bench import fit_screen
+  frozen = fit_screen.Fit("MeanGate", "squares", (), 0.5, 0.69, 30.0)
+  monkeypatch.setattr(fit_screen, "screen", lambda *a, **k: frozen)
+  assert main(["check", "my_layers/mean_gate.py:MeanGate", "--fit"]) == 1
+  last = capsys.readouterr().out.strip().splitlines()[-1]
+  assert last == ("lra check: my_layers/mean_gate.py:MeanGate meets the mixer contract and does "
+                  f"not fit the screen (50.0% < {fit_screen.BAR:.0%}): it will not learn a "
+                  "table's task")
+
+
 def test_import_forms_and_their_errors(layer_file, monkeypatch):
   monkeypatch.syspath_prepend(str(layer_file.parent))
   by_module = find_mixer("mean_gate:MeanGate")
@@ -158,8 +194,10 @@ def test_a_mixer_that_raises_ends_the_run_in_one_line_with_its_traceback_logged(
   assert main(["run", "synthetic", f"{path}:Broken", "--preset", "smoke", "--quiet",
                "--data-dir", str(tmp_path / "data"), "--run-dir", str(run_dir)]) == 1
   err = capsys.readouterr().err.strip().splitlines()
-  assert err[-1] == (f"lra: error: RuntimeError: the broken mixer fails (the traceback is in "
-                     f"{run_dir / 'error.log'})")
+  line = 1 + path.read_text().splitlines().index("    raise RuntimeError('the broken mixer fails"
+                                                 "\\nsecond line')")
+  assert err[-1] == (f"lra: error: RuntimeError: the broken mixer fails at {path}:{line} in "
+                     f"__call__ (the traceback is in {run_dir / 'error.log'})")
   assert not any("Traceback" in line for line in err)
   final = json.loads((run_dir / "final.json").read_text())
   assert final["status"] == "failed" and "the broken mixer fails" in final["stop_reason"]

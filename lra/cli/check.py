@@ -49,19 +49,32 @@ def main(args: argparse.Namespace, overrides: list[str]) -> int:
   failed, skipped = [], []
   for name in PROPERTIES:
     result = contract.check(name)
+    if result.skipped and contract.error is not None:
+      skipped.append(name)  # after the mixer's own error: one block says it, not a line each
+      continue
     print(result.line(), flush=True)
-    if result.passed is False:
+    if result.passed is False and result.error is None:
       failed.append(name)
     if result.skipped:
       skipped.append(name)
+  if contract.error is not None:
+    print(f"lra check: {args.mixer} raised an error in its own code (above, where and what); "
+          f"mend it and run `lra check {args.mixer}` again ({len(skipped)} properties not checked)")
+    return 1
   if failed:
     print(f"lra check: {len(failed)} of {len(PROPERTIES)} properties fail: {', '.join(failed)}"
           + (f"; {len(skipped)} skipped until it passes" if skipped else ""))
     return 1
-  print(f"lra check: {args.mixer} meets the mixer contract")
   if not args.fit:
+    print(f"lra check: {args.mixer} meets the mixer contract")
     return 0
   from lra.bench import fit_screen
+  print(f"lra check: the contract holds; now the fitting screen ({fit_screen.STEPS} steps)",
+        flush=True)
   fit = fit_screen.screen(args.mixer, overrides=tuple(overrides))  # its --config.mixers.*
   print(fit.line(), flush=True)
+  print(f"lra check: {args.mixer} meets the mixer contract and "
+        + ("fits the screen" if fit.fits else
+           f"does not fit the screen ({fit.train_accuracy:.1%} < {fit_screen.BAR:.0%}): it will "
+           "not learn a table's task"))
   return 0 if fit.fits else 1

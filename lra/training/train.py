@@ -34,6 +34,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from lra import errors
+from lra.base import tracebacks
 from lra.machine import distributed, interrupts, memory
 from lra.runs import checkpoints, writers
 from lra.training import dropout_rng, init_from, objectives, optim
@@ -800,6 +801,8 @@ class RunFailed(Exception):
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     lines = str(error).strip().splitlines()
     what = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    frame = tracebacks.user_frame(error)  # raised in the user's own code (their mixer): where
+    what += f" at {tracebacks.where(frame)}" if frame else ""
     try:
       run_dir.mkdir(parents=True, exist_ok=True)
       log.write_text(text)

@@ -2,8 +2,9 @@
 
 The registry-wide tests (tests/test_mixer_contract.py) and `lra check MIXER` both run these, so a
 mixer that passes one passes the other. Properties (`PROPERTIES`, in the order they print):
-shape, finite, padding invariance (new pad contents or more pads change no real output),
-bidirectional (the last real token reaches the first output), jit (jitted = eager), deterministic,
+shape, dtype (y in x's dtype), finite, padding invariance (new pad contents or more pads change no
+real output), bidirectional (the last real token reaches the first output), jit (jitted = eager),
+deterministic,
 carry (the state a mixer passes to the next layer ignores pads too), finite gradients (w.r.t.
 parameters and inputs, also with huge pad values), forward derivatives (jax.jvp through the same
 padded rows: finite everywhere, and equal to backpropagation's), memory (forward + backward at
@@ -24,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import errors
+from lra.base import tracebacks
 from lra.models.mixers.softmax import SoftmaxMixer
 
 TOLERANCE = 1e-4      # max abs change of a real output that still counts as "unchanged" in f32
@@ -45,13 +47,18 @@ BASELINE = "softmax"  # the quadratic mixer the memory property compares with (S
 
 @dataclasses.dataclass(frozen=True)
 class Result:
-  """One property: passed (None when it does not apply, or was skipped) and what was measured."""
+  """One property: passed (None when it does not apply, or was skipped) and what was measured.
+  `error`: the mixer's own code raised while it was checked (where, and its source line); the
+  property is then neither passed nor failed but not checkable, and neither are the rest."""
   name: str
   passed: bool | None
   detail: str
-  skipped: bool = False  # not checked, because the shape fails
+  skipped: bool = False  # not checked, because the shape fails or the mixer raised
+  error: str | None = None
 
   def line(self) -> str:
+    if self.error is not None:
+      return f"ERROR {self.error}"
     mark = "SKIP" if self.skipped else {True: "PASS", False: "FAIL", None: "n/a "}[self.passed]
     return f"{mark}  {self.name:<19} {self.detail}"
 
@@ -148,6 +155,7 @@ class MixerContract:
     self._loss_grad = jax.grad(loss, argnums=(0, 1), has_aux=True)
     self._apply = lambda p, x, m, carry: module.apply(p, x, m, deterministic=True, carry=carry)
     self._compiled = {}
+    self.error: str | None = None  # where the mixer's own code raised (check), once it has
 
   @functools.cached_property
   def _eager_init(self):
@@ -197,6 +205,16 @@ class MixerContract:
     # they would fail on a wrong shape before saying what it is.
     problem = shape_problem(self.module, self.x.shape)
     return problem is None, problem or f"y {list(self.x.shape)} for x {list(self.x.shape)}"
+
+  def dtype(self):
+    # The encoder adds y to x: a y of another dtype (float16 from float32, say) would change the
+    # residual stream's precision (or, from bfloat16, its memory) without anyone asking for it.
+    y, _ = jax.eval_shape(lambda a, m: self.module.init_with_output(
+        jax.random.PRNGKey(0), a, m, deterministic=True)[0], self.x, self.mask)
+    same = y.dtype == self.x.dtype
+    return same, (f"y {y.dtype} for x {self.x.dtype}" + ("" if same else
+                  ": a mixer returns x's dtype (compute in another inside if you must, and cast "
+                  "back: y.astype(x.dtype))"))
 
   def finite(self):
     y, noisy = self.ran["y"]["clean"], self.ran["y"]["noisy"]
@@ -300,8 +318,12 @@ class MixerContract:
     return self.check("shape").passed is False
 
   def check(self, name: str, catch: bool = True) -> Result:
-    """Runs one property; with `catch`, an exception is a failure that names it. Every property
-    but the shape is skipped when the shape fails (or the mixer cannot even be traced)."""
+    """Runs one property; with `catch`, an exception is a failure that names it, or, raised in
+    the mixer's own code (a file of the user's), an error that says where (file:line, the line,
+    the exception). Every property but the shape is skipped when the shape fails (or the mixer
+    cannot even be traced), and every one after an error of the mixer's own."""
+    if self.error is not None:
+      return Result(name, None, "skipped until the error above is mended", skipped=True)
     if name != "shape" and self.shape_fails:
       return Result(name, None, "skipped until the shape passes", skipped=True)
     try:
@@ -309,6 +331,12 @@ class MixerContract:
     except Exception as e:  # noqa: BLE001 - a user's mixer may raise anything; report it
       if not catch:
         raise
+      frame = tracebacks.user_frame(e)
+      if frame is not None:
+        message = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        self.error = (f"{tracebacks.where(frame)}: {type(e).__name__}: {message}"
+                      + (f"\n        {frame.line}" if frame.line else ""))
+        return Result(name, False, message, error=self.error)
       passed, detail = False, f"raised {type(e).__name__}: {e}"
     return Result(name, None if passed is None else bool(passed), detail)
 
@@ -318,6 +346,7 @@ class MixerContract:
 
 PROPERTIES: dict[str, Callable[[MixerContract], tuple[bool | None, str]]] = {
     "shape": MixerContract.shape,
+    "dtype": MixerContract.dtype,
     "finite": MixerContract.finite,
     "padding invariance": MixerContract.padding_invariance,
     "bidirectional": MixerContract.bidirectional,

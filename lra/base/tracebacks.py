@@ -1,0 +1,42 @@
+"""Where in a user's own code an error was raised: the last frame of a traceback that is neither
+this suite's nor an installed package's nor Python's, so `lra check` and `lra run` can name the
+file and line of a user's mixer instead of a frame deep inside JAX."""
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import traceback
+from pathlib import Path
+
+_SUITE = str(Path(__file__).resolve().parents[1])  # lra/ (tasks, models, configs install inside)
+_REPOSITORY = str(Path(__file__).resolve().parents[2])  # a checkout: its tasks/, models/, ...
+_INSTALLED = tuple({p for p in (sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib",
+                                                                      "purelib", "platlib")) if p})
+
+
+def _ours(filename: str) -> bool:
+  path = os.path.realpath(filename)
+  if path.startswith(_INSTALLED) or path.startswith(sys.prefix) or filename.startswith("<"):
+    return True
+  if path.startswith(_SUITE):
+    return True
+  # A checkout's own folders (tasks/, models/, configs/) are the suite's; its tools/ and tests/
+  # and a user's folder beside them are not.
+  relative = os.path.relpath(path, _REPOSITORY)
+  return relative.split(os.sep)[0] in ("tasks", "models", "configs")
+
+
+def user_frame(error: BaseException) -> traceback.FrameSummary | None:
+  """The innermost frame of `error`'s traceback in a user's own file, or None."""
+  frames = [f for f in traceback.extract_tb(error.__traceback__) if not _ours(f.filename)]
+  return frames[-1] if frames else None
+
+
+def where(frame: traceback.FrameSummary) -> str:
+  """"my_layers/mean_gate.py:21 in __call__": the frame's file (relative to the working folder
+  when under it) and line."""
+  path = os.path.realpath(frame.filename)
+  cwd = os.getcwd() + os.sep
+  shown = path[len(cwd):] if path.startswith(cwd) else frame.filename
+  return f"{shown}:{frame.lineno} in {frame.name}"
