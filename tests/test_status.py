@@ -1,6 +1,8 @@
 """`lra status`: the task x mixer grid per preset, yours first, then the committed runs, with the
 ledger's accelerator costs on `paper` cells as notes under the grid."""
 import json
+import os
+import platform
 
 import pytest
 
@@ -36,8 +38,11 @@ def folders(tmp_path):
   write_run(mine, "listops", "latte", "paper", 1, 0.44)
   write_run(mine, "text", "latte", "paper", 0, 0.6, status="interrupted", step=1200,
             num_steps=5000)
-  write_run(mine, "listops", "MeanGate@0123abcd", "laptop", 0, 0.3, status="running", step=40,
-            num_steps=5000, best_step=-1, test_accuracy=None)
+  going = write_run(mine, "listops", "MeanGate@0123abcd", "laptop", 0, 0.3, status="running",
+                    step=40, num_steps=5000, best_step=-1, test_accuracy=None)
+  # A live process holds it (this one): in progress. Without the lock it would be stopped.
+  (going / "lock").write_text(json.dumps({"pid": os.getpid(), "host": platform.node(),
+                                          "started": "2026-11-28T00:00:00+00:00"}))
   write_run(mine, "image", "softmax", "paper", 0, 0.5, status="diverged", step=300,
             num_steps=5000)
   write_run(committed, "listops", "latte", "paper", 0, 0.38)  # never averaged with mine
@@ -62,10 +67,13 @@ def test_the_grid_says_complete_in_progress_stopped_or_not_run(folders, capsys):
   header, paper, notes = _rows(out, "paper", YOURS)
   assert header == ["mixer", "ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Path-X"]
   assert paper["softmax"][:4] == ["-", "- [1]", "-", "diverged at 300"]
-  assert paper["latte"][:2] == ["42.00 (n=2) [2]", "1,200/5,000"]
+  assert paper["latte"][:2] == ["42.00 (n=2) [2]", "stopped 1,200/5,000 [3]"]
   assert paper["luna"] == ["-"] * 6  # every registered mixer has a paper row
-  assert notes == ["[1] Text, softmax: ~5.0 h on an H200 (estimate)",  # numbered as read
-                   "[2] ListOps, latte: ~22 min on an H200 (measured)"]
+  assert notes[:2] == ["[1] Text, softmax: ~5.0 h on an H200 (estimate)",  # numbered as read
+                       "[2] ListOps, latte: ~22 min on an H200 (measured)"]
+  # Stopped sealed: the note is the command that resumes it.
+  assert notes[2].startswith("[3] Text, latte: stopped; `lra run text latte --preset paper ")
+  assert notes[2].endswith(" resumes it")
   assert list(paper)[:2] == ["softmax", "latte"]  # rows with a run before the placeholders
   _, paper_committed, _ = _rows(out, "paper", COMMITTED)
   assert paper_committed == {"latte": ["38.00 [2]", *["-"] * 5]}  # never averaged with yours
@@ -83,7 +91,8 @@ def test_without_a_ledger_or_committed_runs_the_grid_has_no_costs_and_no_marks(f
   assert status.main(mine, None, ["paper", "lra"], None) == 0
   out = capsys.readouterr().out
   _, paper, _ = _rows(out, "paper")
-  assert paper["latte"][0] == "42.00 (n=2)" and "committed" not in out and "[" not in out
+  assert paper["latte"][0] == "42.00 (n=2)" and "committed (" not in out
+  assert "on an H200" not in out  # no cost marks; the one note is the stopped run's resume
   assert YOURS not in out.splitlines()  # nothing to tell apart: no headings
   assert "preset lra: no runs yet" in out and "preset laptop" not in out
 

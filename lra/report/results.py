@@ -145,7 +145,9 @@ def load_runs(results_dir: Path | str = "results", *, status: str | None = None)
     `_seedN` suffix: runs of one variant and config are seeds of one experiment), `run_dir`
     (relative to results_dir's parent, with forward slashes), `config_id` (the fingerprint
     of the run's preset and its departures from today's preset: see lra.runs.run_identity) and
-    `config` (the run's config.json, flattened to `a.b` keys).
+    `config` (the run's config.json, flattened to `a.b` keys) and `state`: the status, with an
+    unfinished run "in progress" (a live process holds it) or "stopped" (resumable by its
+    command: run_summary.resume_text).
   """
   results_dir = Path(results_dir)
   rows = []
@@ -166,13 +168,21 @@ def load_runs(results_dir: Path | str = "results", *, status: str | None = None)
       row["tokens"] = int(row["seq_len"]) // int(config.get("model", {}).get("patch", 1)) ** 2
     row.update(run=run_dir.name, variant=_SEED_SUFFIX.sub("", run_dir.name),
                run_dir=run_dir.relative_to(results_dir.parent).as_posix(),
-               config_id=config_fingerprint(config, reference), config=flatten(config))
+               config_id=config_fingerprint(config, reference), config=flatten(config),
+               state=_state(final, run_dir))
     rows.append(row)
-  columns = [*FINAL_KEYS, "run", "variant", "run_dir", "config_id", "config"]
+  columns = [*FINAL_KEYS, "run", "variant", "run_dir", "config_id", "config", "state"]
   runs = pd.DataFrame(rows, columns=columns)
   if status is not None:
     runs = runs[runs["status"] == status]
   return runs.sort_values(["task", "mixer", "run"], kind="stable").reset_index(drop=True)
+
+
+def _state(final: dict[str, Any], run_dir: Path) -> str:
+  from lra.report import run_summary  # pylint: disable=import-outside-toplevel
+  if final.get("status") not in ("running", "interrupted"):
+    return str(final.get("status"))
+  return "stopped" if run_summary.stopped(final, run_dir) else "in progress"
 
 
 def load_curves(run_dir: Path | str) -> pd.DataFrame:

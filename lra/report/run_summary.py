@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+from lra.runs import run_identity, run_lock
 
 # The `synthetic` task's pass mark, on test accuracy at the best val step: every built-in mixer
 # that carries both ends to the CLS output reaches 100% in its 1,500 steps, those that do not stay
@@ -40,18 +43,46 @@ def progress(final: Mapping[str, Any]) -> str:
   return text + (f" of {_count(total)}" if total is not None else "")
 
 
-def state_text(final: Mapping[str, Any]) -> str:
+def stopped(final: Mapping[str, Any], run_dir: Path | None = None) -> bool:
+  """Whether an unfinished run is stopped, resumable by its command: stopped sealed
+  (`interrupted`), or killed with final.json still saying `running` and no live process holding
+  `run_dir` (its lock gone or stale). Without `run_dir`, only `interrupted` is known stopped."""
+  status = final.get("status")
+  if status == "interrupted":
+    return True
+  return (status == "running" and run_dir is not None
+          and not run_lock.RunDirLock(Path(run_dir), take=False).held())
+
+
+def resume_text(run_dir: Path) -> str:
+  """"`lra run ...` resumes it": the command that resumes a stopped run, from its config.json
+  (lra.runs.pack.resume_command); "" where the folder cannot say."""
+  from lra.runs import pack  # pylint: disable=import-outside-toplevel (JAX: only when needed)
+  try:
+    command = pack.resume_command(run_identity.read_config(Path(run_dir) / "config.json"),
+                                  Path(run_dir))
+  except (OSError, ValueError, KeyError):
+    return ""
+  return f"`{command}` resumes it" if command else ""
+
+
+def state_text(final: Mapping[str, Any], run_dir: Path | None = None) -> str:
   """The state of a run that is not complete, as tables, `lra status` and the ledger name it:
   "in progress: step 1,200 of 5,000, best so far 35.10% test at the best val step 1,000" (or
-  ", no evaluation yet"); "diverged (loss not finite) at step 6 of 5,000, before its first
-  evaluation"."""
+  ", no evaluation yet"); "stopped at step 1,200 of 5,000, ..." for a run no process is running
+  (`run_dir` given: with the command that resumes it); "diverged (loss not finite) at step 6 of
+  5,000, before its first evaluation"."""
   status = final.get("status") or "unknown"
   if status in ("interrupted", "running"):  # a killed run's final.json still says running
-    text = f"in progress: {progress(final)}"
+    halted = stopped(final, run_dir)
+    text = f"{'stopped at' if halted else 'in progress:'} {progress(final)}"
     if not evaluated(final) or number(final.get("test_accuracy")) is None:
-      return text + ", no evaluation yet"
-    return (f"{text}, best so far {_pct(final.get('test_accuracy'))} test at the best val step "
-            f"{_count(number(final['best_step']))}")
+      text += ", no evaluation yet"
+    else:
+      text += (f", best so far {_pct(final.get('test_accuracy'))} test at the best val step "
+               f"{_count(number(final['best_step']))}")
+    resume = resume_text(run_dir) if halted and run_dir is not None else ""
+    return text + (f"; {resume}" if resume else "")
   where = "diverged (loss not finite)" if status == "diverged" else status
   text = f"{where} at {progress(final)}"
   return text if evaluated(final) else text + ", before its first evaluation"

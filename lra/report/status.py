@@ -40,20 +40,23 @@ def default_ledger() -> Path | None:
 
 
 def _finals(results_dir: Path | None) -> list[dict[str, Any]]:
+  """The folder's runs as records, each with its folder (`path`)."""
   if results_dir is None:
     return []
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", results.RunFileWarning)  # `lra table --check` names them
     runs = results.load_runs(results_dir)
-  return runs.drop(columns=["config"]).to_dict("records")
+  return [dict(r, path=Path(results_dir).parent / r["run_dir"])
+          for r in runs.drop(columns=["config"]).to_dict("records")]
 
 
 def cell(runs: Sequence[Mapping[str, Any]]) -> str:
   """One grid cell from the runs of one (task, mixer, preset) in one folder.
 
   Complete runs give their mean test accuracy at the best val step (n = seeds when more than
-  one); else the most advanced unfinished run its progress (step/steps); else how the last
-  stopped ("diverged at 300"); else NOT_RUN.
+  one); else the most advanced unfinished run its progress (step/steps), "stopped a/b" when no
+  process runs it (run_summary.stopped: the grid's notes say what resumes it); else how the last
+  ended ("diverged at 300"); else NOT_RUN.
   """
   complete = [r for r in runs if r["status"] == "complete"]
   scores = [s for s in (run_summary.number(r["test_accuracy"]) for r in complete)
@@ -64,7 +67,8 @@ def cell(runs: Sequence[Mapping[str, Any]]) -> str:
   going = [r for r in runs if r["status"] in ("running", "interrupted")]
   if going:
     best = max(going, key=lambda r: run_summary.number(r["step"]) or 0)
-    return run_summary.progress(best).removeprefix("step ").replace(" of ", "/")
+    steps = run_summary.progress(best).removeprefix("step ").replace(" of ", "/")
+    return f"stopped {steps}" if run_summary.stopped(best, best.get("path")) else steps
   if runs:
     last = max(runs, key=lambda r: run_summary.number(r["step"]) or 0)
     return f"{last['status']} at {int(run_summary.number(last['step']) or 0):,}"
@@ -134,7 +138,14 @@ def grid(yours: Iterable[Mapping[str, Any]], committed: Iterable[Mapping[str, An
         text = cell([r for r in mine if (r["mixer"], _variant(r), r["source"], r["task"]) ==
                      (mixer, variant, source, task)])
         cost = None if variant else (costs or {}).get((task, mixer, preset))
-        row.append((text, f"{TASK_TITLES.get(task, task)}, {mixer}: {cost}" if cost else None))
+        note = f"{TASK_TITLES.get(task, task)}, {mixer}: {cost}" if cost else None
+        if text.startswith("stopped "):  # the command that resumes it, as the note
+          halted = max((r for r in mine if (r["mixer"], _variant(r), r["source"], r["task"]) ==
+                        (mixer, variant, source, task) and r["status"] != "complete"),
+                       key=lambda r: run_summary.number(r["step"]) or 0)
+          resume = run_summary.resume_text(halted["path"]) if halted.get("path") else ""
+          note = f"{TASK_TITLES.get(task, task)}, {mixer}: stopped; {resume}" if resume else note
+        row.append((text, note))
       (table.yours if source == YOURS else table.committed).append(row)
     table.yours.sort(key=lambda row: all(text == NOT_RUN for text, _ in row[1:]))
     # Notes numbered as the rows are read: yours, then the committed runs.
@@ -196,7 +207,8 @@ def main(results_dir: Path, committed: Path | None, presets: Sequence[str] | Non
            + (f", then the repository's committed runs in {committed / 'runs'}/"
               if committed else "")
            + ". Cells: test accuracy (%) at the best val step, mean over seeds (n); a/b = in "
-           f"progress, step a of b; diverged or failed at its last step; {NOT_RUN} = not run."
+           "progress, step a of b; stopped a/b = no process runs it (its note: the command that "
+           f"resumes it); diverged or failed at its last step; {NOT_RUN} = not run."
            + (f" [k] = a paper row's accelerator cost, under its grid ({ledger_path})."
               if costs else ""))
   print(textwrap.fill(intro, WIDTH, break_on_hyphens=False, break_long_words=False))

@@ -306,7 +306,8 @@ def _build(results_dir: Path, published_csv: Path = REFERENCE_CSV,
             "and lra/reference/published_lra.csv. Do not edit: rerun `lra table`.")
   skipped = runs[runs["status"] != "complete"]
   note = ("Not counted (not complete): " + ", ".join(
-      f"{r['run_dir']} ({run_summary.state_text(r)})" for r in skipped.to_dict("records"))
+      f"{r['run_dir']} ({run_summary.state_text(r, results_dir.parent / r['run_dir'])})"
+      for r in skipped.to_dict("records"))
       + ".") if len(skipped) else ""
   files = {}
   shown = pd.concat([complete["task"], theirs["task"]])
