@@ -93,7 +93,8 @@ def _run_locked(config: ml_collections.ConfigDict, reference: dict[str, Any], ru
         "trained on, or start a new run: --run-dir NEW, or delete that folder.")
   if progress:
     print(f"{task} x {mixer} ({preset}): {input_words(config, data.spec.seq_len)}, "
-          f"{data.num_examples('train')} train examples -> {run_dir}", file=sys.stderr)
+          f"{data.num_examples('train')} train examples -> {run_dir.resolve()}",
+          file=sys.stderr)
   return train.train_and_evaluate(config, data, run_dir, progress=progress,
                                   stop_after_s=stop_after_s)
 

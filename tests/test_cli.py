@@ -309,3 +309,18 @@ def test_every_generator_option_says_what_it_sets_and_its_default(generator):
   for action in options:
     if action.default is not None and action.default is not False:
       assert "default" in action.help, (action.option_strings[0], action.help)
+
+
+def test_your_results_folder_is_lra_results_dir_or_results_local_where_you_run(
+    tmp_path, monkeypatch, capsys):
+  """One folder a user can predict: $LRA_RESULTS_DIR when set, else results/local under the
+  working folder; a run's folder is named whole."""
+  from lra.cli import main
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.delenv("LRA_RESULTS_DIR", raising=False)
+  assert main(["run", "listops", "latte", "--preset", "smoke", "--dry-run"]) == 0
+  assert "run folder: results/local/runs/listops/latte/smoke_seed0" in capsys.readouterr().out
+  monkeypatch.setenv("LRA_RESULTS_DIR", str(tmp_path / "mine"))
+  assert main(["run", "listops", "latte", "--preset", "smoke", "--dry-run"]) == 0
+  assert f"run folder: {tmp_path / 'mine'}/runs/listops/latte/smoke_seed0" in (
+      capsys.readouterr().out)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lra.cli.common import LOCAL_RESULTS, add_command
+from lra.cli.common import local_results, add_command
 
 
 def add_parser(commands) -> None:
@@ -43,7 +43,7 @@ def pack_main(args: argparse.Namespace, overrides: list[str]) -> int:
 def unpack_main(args: argparse.Namespace, overrides: list[str]) -> int:
   from lra.runs import run_identity
   from lra.runs.pack import resume_command, unpack
-  results_dir = args.results_dir or LOCAL_RESULTS
+  results_dir = args.results_dir or local_results()
   target, manifest = unpack(args.archive, results_dir, args.run_dir)
   print(f"{target}: {manifest['status']} at step {manifest['step']} of {manifest['num_steps']} "
         f"(checkpoint {manifest['checkpoint_step']}, best step {manifest['best_step']})")

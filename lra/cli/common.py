@@ -3,14 +3,21 @@ a command's parser opening with its own one-line help, and a run's result and ex
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
-# A user's runs and tables go here by default (git-ignored), apart from the repository's committed
-# results/runs/ and results/tables/, which `--results-dir results` (runs) and `lra table
-# --committed` (tables, README block) write on purpose.
-LOCAL_RESULTS = Path("results/local")
+# A user's runs and tables go to local_results() by default (git-ignored), apart from the
+# repository's committed results/runs/ and results/tables/, which `--results-dir results` (runs)
+# and `lra table --committed` (tables, README block) write on purpose.
+RESULTS_ENV = "LRA_RESULTS_DIR"
 COMMITTED_RESULTS = Path("results")
+
+
+def local_results() -> Path:
+  """Where your runs and tables go unless --results-dir says: $LRA_RESULTS_DIR, else
+  results/local/ under the folder `lra` runs from. Every command says the folder it used."""
+  return Path(os.environ.get(RESULTS_ENV) or "results/local")
 
 
 def add_command(commands: Any, name: str, help: str, **kwargs: Any) -> argparse.ArgumentParser:

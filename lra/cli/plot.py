@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lra.cli.common import LOCAL_RESULTS, add_command
+from lra.cli.common import local_results, add_command
 
 
 def add_parser(commands) -> None:
@@ -16,11 +16,13 @@ def add_parser(commands) -> None:
   parser.add_argument("runs", nargs="+", metavar="RUN", help="a run folder, a folder of runs "
                       "(any depth: results/local/runs), or a glob of either")
   parser.add_argument("-o", "--output", type=Path, metavar="FILE.png", help="default "
-                      "results/local/plots/TASK_MIXER_RUN.png, each part the runs' values joined "
-                      "by + (printed, and said when it replaced a file)")
-  parser.set_defaults(handler=main, results_dir=LOCAL_RESULTS)
+                      "RESULTS/plots/TASK_MIXER_RUN.png (RESULTS: $LRA_RESULTS_DIR or "
+                      "results/local), each part the runs' values joined by + (printed, and said "
+                      "when it replaced a file)")
+  parser.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace, overrides: list[str]) -> int:
   from lra.report import plot
+  args.results_dir = local_results()  # where its plots go
   return plot.main(args)

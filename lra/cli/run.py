@@ -5,7 +5,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from lra.cli.common import LOCAL_RESULTS, add_command, exit_code, print_result
+from lra.cli.common import local_results, add_command, exit_code, print_result
 from lra.runs import command
 
 
@@ -26,7 +26,7 @@ def start(task: str, mixer: str, preset: str, options: argparse.Namespace,
           on_result=lambda result: None) -> int:
   """One run (`lra run`'s or the demo's): `options` holds the run options (lra.runs.command)."""
   overrides = command.seeded(options.seed, overrides)
-  results_dir = options.results_dir or LOCAL_RESULTS
+  results_dir = options.results_dir or local_results()
   from lra.runs.config_loading import resolve_config
   config = resolve_config(task, mixer, preset, overrides)  # once: everything below reads it
   _warn_unused_overrides(config.model.mixer, overrides)

@@ -4,15 +4,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lra.cli.common import LOCAL_RESULTS, add_command, committed_beside
+from lra.cli.common import local_results, add_command, committed_beside
 
 
 def add_parser(commands) -> None:
   parser = add_command(
       commands, "status", "which task x mixer x preset runs are complete (score), in progress "
       "(step of steps) or not run: yours and the repository's committed ones")
-  parser.add_argument("--results-dir", type=Path, default=LOCAL_RESULTS,
-                      help="your runs' folder (default results/local)")
+  parser.add_argument("--results-dir", type=Path, help="your runs' folder (default "
+                      "$LRA_RESULTS_DIR, else results/local under the folder you run lra from)")
   parser.add_argument("--presets", nargs="+", metavar="PRESET", help="the grids to show "
                       "(default: paper, and every preset with a run)")
   parser.add_argument("--mine-only", action="store_true", help="leave out the repository's "
@@ -24,6 +24,7 @@ def add_parser(commands) -> None:
 
 def main(args: argparse.Namespace, overrides: list[str]) -> int:
   from lra.report import status
-  committed = None if args.mine_only else committed_beside(args.results_dir)
-  return status.main(args.results_dir, committed, args.presets,
+  results_dir = args.results_dir or local_results()
+  committed = None if args.mine_only else committed_beside(results_dir)
+  return status.main(results_dir, committed, args.presets,
                      args.ledger or status.default_ledger())

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lra import errors
-from lra.cli.common import LOCAL_RESULTS, add_command
+from lra.cli.common import local_results, add_command
 from lra.cli.slurm import (DEFAULT_TIME, STOP_BEFORE_LIMIT_S, current_env_activate, slurm_script,
                            spt_submit_script)
 from lra.report.run_summary import STOPPED
@@ -163,8 +163,9 @@ def add_parser(commands) -> None:
                       "preset's SPT budget (spt.*)")
   parser.add_argument("--data-dir", type=Path, help="prepared data root the runs read (default "
                       "$LRA_DATA_DIR or ~/.cache/lra); on a cluster, a folder every node sees")
-  parser.add_argument("--results-dir", type=Path, default=LOCAL_RESULTS,
-                      help="where run folders go (default results/local, git-ignored)")
+  parser.add_argument("--results-dir", type=Path,
+                      help="where run folders go (default $LRA_RESULTS_DIR, else results/local "
+                      "under the folder you run lra from)")
   parser.add_argument("--run", action="store_true", help="run the pending commands one by one, "
                       "here")
   parser.add_argument("--emit", choices=("commands", "slurm"), default="commands",
@@ -188,6 +189,7 @@ def add_parser(commands) -> None:
 
 def main(args: argparse.Namespace, overrides: Sequence[str]) -> int:
   """`lra sweep`: plans the runs, then prints, runs or emits them."""
+  args.results_dir = args.results_dir or local_results()
   jobs = plan(args.tasks, args.mixers, args.seeds, preset=args.preset,
               results_dir=args.results_dir, data_dir=args.data_dir, overrides=overrides,
               spt=args.spt)

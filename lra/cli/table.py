@@ -7,7 +7,7 @@ import warnings
 from pathlib import Path
 
 from lra import errors
-from lra.cli.common import COMMITTED_RESULTS, LOCAL_RESULTS, add_command, committed_beside
+from lra.cli.common import COMMITTED_RESULTS, local_results, add_command, committed_beside
 
 
 def add_parser(commands) -> None:
@@ -33,7 +33,7 @@ def add_parser(commands) -> None:
 def main(args: argparse.Namespace, overrides: list[str]) -> int:
   from lra.report import results, tables
   committed = args.committed or (args.check and args.results_dir is None)
-  results_dir = args.results_dir or (COMMITTED_RESULTS if committed else LOCAL_RESULTS)
+  results_dir = args.results_dir or (COMMITTED_RESULTS if committed else local_results())
   if args.results_dir is not None and not results_dir.is_dir():
     raise errors.NotFound(f"no runs under {results_dir}: the folder does not exist (`lra run "
                           f"TASK MIXER --results-dir {results_dir}` writes runs there)")
@@ -42,8 +42,9 @@ def main(args: argparse.Namespace, overrides: list[str]) -> int:
     readme = results_dir.parent / "README.md"
   # The committed tables are the committed runs' alone; a user's show those runs beside theirs.
   beside = None if committed or args.mine_only else committed_beside(results_dir)
-  what = (f"{results_dir / 'tables'}/" + (f" and {readme}'s block" if readme else "")
-          + f" from {results.count_runs(results_dir)} complete run(s) in {results_dir / 'runs'}/"
+  shown = results_dir if committed else results_dir.resolve()  # yours: the folder whole
+  what = (f"{shown / 'tables'}/" + (f" and {readme}'s block" if readme else "")
+          + f" from {results.count_runs(results_dir)} complete run(s) in {shown / 'runs'}/"
           + (f", beside {results.count_runs(beside)} committed run(s) in {beside / 'runs'}/"
              if beside else ""))
   if args.check:

@@ -203,7 +203,7 @@ def main(results_dir: Path, committed: Path | None, presets: Sequence[str] | Non
   yours = _finals(results_dir)
   theirs = _finals(committed)
   costs = ledger_costs(ledger_path)
-  intro = (f"lra status: your runs in {results_dir / 'runs'}/"
+  intro = (f"lra status: your runs in {Path(results_dir).resolve() / 'runs'}/"
            + (f", then the repository's committed runs in {committed / 'runs'}/"
               if committed else "")
            + ". Cells: test accuracy (%) at the best val step, mean over seeds (n); a/b = in "

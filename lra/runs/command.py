@@ -65,8 +65,9 @@ def add_run_options(parser: Any, *,
   option("--data-dir", type=Path, help="prepared data root (default $LRA_DATA_DIR or "
          "~/.cache/lra)")
   option("--run-dir", type=Path, help=run_dir_help)
-  option("--results-dir", type=Path, help="where run folders go (default results/local, "
-         "git-ignored; `results` is the repository's committed runs)")
+  option("--results-dir", type=Path, help="where run folders go (default $LRA_RESULTS_DIR, else "
+         "results/local under the folder you run lra from, git-ignored; `results` is the "
+         "repository's committed runs)")
   option("--dry-run", action="store_true", help="print the resolved config (each value with its "
          "source: default, preset or command line), the data cache and the run folder; train "
          "nothing")
