@@ -709,3 +709,22 @@ def test_sweep_and_the_ledger_leave_the_same_runs_stopped(tmp_path):
                                         results_dir=res)]
   assert states == ["diverged", "failed", "partial"]
   assert [s for s in states if s in ledger.STOPPED] == ["diverged", "failed"]
+
+
+def test_sweep_grid_crosses_settings_each_named_by_its_values(tmp_path):
+  """`--grid train.learning_rate=1e-3,5e-4` is every run once per value, each in a folder named by
+  the value where it departs from the preset (seeds of one value share it), the product when
+  several grids are given; a key set twice is refused."""
+  res = tmp_path / "results"
+  jobs = sweep.plan(["listops"], ["latte"], [0, 1], preset="smoke", results_dir=res,
+                    grid=["train.learning_rate=0.003,0.0005", "model.dim=32,16"])
+  names = sorted({j.run_dir.name.rsplit("_seed", 1)[0] for j in jobs})
+  assert len(jobs) == 8 and names == [
+      "smoke", "smoke+model.dim=16", "smoke+model.dim=16,train.learning_rate=0.0005",
+      "smoke+train.learning_rate=0.0005"]  # 0.003 and 32 are the smoke preset's own values
+  assert all(j.argv[-2:][0].startswith("--config.train.learning_rate=") for j in jobs)
+  with pytest.raises(ValueError, match="train.learning_rate: set by both"):
+    sweep.plan(["listops"], ["latte"], [0], preset="smoke", results_dir=res,
+               grid=["train.learning_rate=1e-3"], overrides=["train.learning_rate=0.1"])
+  with pytest.raises(ValueError, match="expected KEY=VALUE1,VALUE2"):
+    sweep.grid_settings(["train.learning_rate"])

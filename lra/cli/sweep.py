@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import shlex
 import subprocess
@@ -76,31 +77,48 @@ def run_state(run_dir: Path) -> str:
   return "partial" if (Path(run_dir) / "checkpoints").exists() else "new"
 
 
+def grid_settings(grid: Sequence[str]) -> list[list[str]]:
+  """`--grid KEY=V1,V2` (any number of them) -> every combination of their values, each a list
+  of KEY=VALUE overrides: ["a=1,2", "b=x"] -> [["a=1", "b=x"], ["a=2", "b=x"]]."""
+  axes = []
+  for item in grid:
+    key, sep, values = item.partition("=")
+    if not sep or not key.strip() or not values.strip():
+      raise errors.BadValue(f"--grid {item}: expected KEY=VALUE1,VALUE2,... (e.g. --grid "
+                            "train.learning_rate=1e-3,5e-4)")
+    axes.append([f"{key.strip()}={v.strip()}" for v in values.split(",") if v.strip()])
+  return [list(combination) for combination in itertools.product(*axes)] if axes else [[]]
+
+
 def plan(tasks: Sequence[str], mixers: Sequence[str], seeds: Sequence[int], *, preset: str,
          results_dir: Path, data_dir: Path | None = None,
-         overrides: Sequence[str] = (), spt: bool = False) -> list[Job]:
-  """Every (task, mixer, seed) in that order, with its run dir (lra run's default) and state;
-  `mixers` may name groups (`builtin`, `all`: expand_mixers). With `spt`, each is a pretraining
-  job followed by its fine-tune (from the pretraining's folder)."""
+         overrides: Sequence[str] = (), spt: bool = False,
+         grid: Sequence[str] = ()) -> list[Job]:
+  """Every (task, mixer, setting of `grid`, seed) in that order, with its run dir (lra run's
+  default: a setting of the grid is a departure from the preset, so it names the folder) and
+  state; `mixers` may name groups (`builtin`, `all`: expand_mixers). With `spt`, each is a
+  pretraining job followed by its fine-tune (from the pretraining's folder)."""
   mixers = expand_mixers(mixers)
   if any(o.split("=")[0].strip() == "train.seed" for o in overrides):
     raise errors.BadValue("lra sweep sets train.seed from --seeds; drop --config.train.seed=... "
                           "and pass --seeds 0 1 2 instead.")
+  combinations = grid_settings(grid)
+  keys = {o.partition("=")[0].strip() for o in overrides}
+  both = sorted(keys & {c.partition("=")[0] for combination in combinations for c in combination})
+  if both:
+    raise errors.BadValue(f"{', '.join(both)}: set by both --grid and --config; keep one")
   jobs = []
-  for task in tasks:
-    for mixer in mixers:
-      for seed in seeds:
-        settings = [f"train.seed={seed}", *overrides]
-        phases = [("", [])] if not spt else [("pretrain", ["objective=denoise"])]
-        for phase, extra in phases:
-          config = resolve_config(task, mixer, preset, [*settings, *extra])
-          run_dir = default_run_dir(config, results_dir)
-          jobs.append(_job(task, mixer, seed, preset, config, run_dir, settings, results_dir,
-                           data_dir, phase))
-          if phase == "pretrain":  # its fine-tune starts from this folder
-            tune = resolve_config(task, mixer, preset, [*settings, f"spt.init_from={run_dir}"])
-            jobs.append(_job(task, mixer, seed, preset, tune, default_run_dir(tune, results_dir),
-                             settings, results_dir, data_dir, "spt", init_from=run_dir))
+  for task, mixer, combination, seed in itertools.product(tasks, mixers, combinations, seeds):
+    settings = [f"train.seed={seed}", *overrides, *combination]
+    phase, extra = ("pretrain", ["objective=denoise"]) if spt else ("", [])
+    config = resolve_config(task, mixer, preset, [*settings, *extra])
+    run_dir = default_run_dir(config, results_dir)
+    jobs.append(_job(task, mixer, seed, preset, config, run_dir, settings, results_dir, data_dir,
+                     phase))
+    if spt:  # its fine-tune starts from the pretraining's folder
+      tune = resolve_config(task, mixer, preset, [*settings, f"spt.init_from={run_dir}"])
+      jobs.append(_job(task, mixer, seed, preset, tune, default_run_dir(tune, results_dir),
+                       settings, results_dir, data_dir, "spt", init_from=run_dir))
   return jobs
 
 
@@ -144,7 +162,8 @@ def add_parser(commands) -> None:
       description="Plans `lra run TASK MIXER --preset P --config.train.seed=S` for every task, "
       "mixer and seed, names the runs whose data is not prepared, then prints the pending "
       "commands (default), runs them one by one (--run), or writes a Slurm array job "
-      "(--emit slurm). Any --config.KEY=VALUE applies to every run. --spt: each run is "
+      "(--emit slurm). Any --config.KEY=VALUE applies to every run; --grid KEY=V1,V2 crosses a "
+      "setting's values with the rest. --spt: each run is "
       "self-pretraining (`lra pretrain`) then its fine-tune (`lra run --init-from`).",
       epilog="On a cluster: lra sweep --tasks listops --mixers latte softmax --seeds 0 1 2 "
       "--data-dir /shared/lra --emit slurm --time 08:00:00 --sbatch=--gres=gpu:1, then "
@@ -158,6 +177,10 @@ def add_parser(commands) -> None:
                       help="one run per seed, each in its own _seedN folder (default 0)")
   parser.add_argument("--preset", default="paper", help="the preset of every run (default "
                       "paper)")
+  parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                      help="a setting crossed with the rest: every run once per value, e.g. "
+                      "--grid train.learning_rate=1e-3,5e-4 (repeatable: the product of all); each "
+                      "run's folder names its values")
   parser.add_argument("--spt", action="store_true", help="self-pretraining: each (task, mixer, "
                       "seed) is `lra pretrain` then `lra run --init-from` its folder, for the "
                       "preset's SPT budget (spt.*)")
@@ -192,7 +215,7 @@ def main(args: argparse.Namespace, overrides: Sequence[str]) -> int:
   args.results_dir = args.results_dir or local_results()
   jobs = plan(args.tasks, args.mixers, args.seeds, preset=args.preset,
               results_dir=args.results_dir, data_dir=args.data_dir, overrides=overrides,
-              spt=args.spt)
+              spt=args.spt, grid=args.grid)
   pending = [j for j in jobs if j.pending]
   summary = ", ".join(f"{sum(j.state == s for j in jobs)} {s}"
                       for s in ("new", "partial", "complete", *STOPPED))
