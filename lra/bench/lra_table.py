@@ -20,7 +20,7 @@ from typing import Any
 
 from lra import errors
 from lra.bench import step_time
-from lra.bench.common import recorded_command
+from lra.bench.common import recorded_command, write_block
 from lra.configs.common import lra_reformer_chunk
 from lra.runs import writers
 
@@ -218,6 +218,5 @@ def main(args, overrides: Sequence[str]) -> int:
     Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
     plot(report, Path(args.plot))
   if args.readme:
-    from lra.bench.against import write_block
     write_block(args.readme, report, args.json, DOC_MARKERS, doc_block)
   return 0
