@@ -82,16 +82,9 @@ def test_s5_map_gives_the_naive_bidirectional_recurrence():
   np.testing.assert_allclose(ours, expected, atol=1e-4)
 
 
-def _tiny(case: against.Case) -> against.Case:
-  own = {"num_latents": 4} if "num_latents" in case.dims else (
-      {"state_size": 8, "blocks": 2} if "state_size" in case.dims else {})
-  return dataclasses.replace(case, dims={**case.dims, "dim": 8, "num_heads": 2, "seq_len": 16,
-                                         **own})
-
-
 @pytest.mark.parametrize("name", ["softmax_flax_listops", "softmax_jax_listops"])
 def test_softmax_against_flax_and_jax_is_checked_then_timed(name):
-  record = against.run_case(_tiny(against.CASES[name]), [], batch=2, rounds=2, per_round=1)
+  record = against.run_case(against.shrink(against.CASES[name]), [], batch=2, rounds=2, per_round=1)
   check = record["check"]
   assert record["status"] == "ok" and check["same_function"] and check["layout_matches"]
   assert check["output_max_abs_diff"] < 1e-5 < check["output_max_abs"]
@@ -108,7 +101,7 @@ def test_a_broken_map_is_caught_and_not_timed(monkeypatch):
   real = refs.softmax_pair
   monkeypatch.setattr(refs, "softmax_pair", lambda *a: dataclasses.replace(
       real(*a), to_theirs=swapped))
-  record = against.run_case(_tiny(against.CASES["softmax_flax_listops"]), [], batch=2)
+  record = against.run_case(against.shrink(against.CASES["softmax_flax_listops"]), [], batch=2)
   assert record["check"]["layout_matches"] and not record["check"]["same_function"]
   assert record["status"] == "differs: not timed" and "ours" not in record
 
@@ -118,14 +111,14 @@ def test_a_broken_map_is_caught_and_not_timed(monkeypatch):
                     "and lindermanlab/S5")
 @pytest.mark.parametrize("name", ["latte_listops", "s5_listops"])
 def test_the_authors_layers_compute_ours(name):
-  case = _tiny(against.CASES[name])
+  case = against.shrink(against.CASES[name])
   pair = against.make_pair(case, CLONES)
   found = against.check(pair, *against.inputs(2, 16, 8, pair.masked))
   assert found["same_function"] and found["layout_matches"], found
 
 
 def test_cli_writes_the_record_and_the_page_block(tmp_path, monkeypatch, capsys):
-  monkeypatch.setattr(against, "CASES", {n: _tiny(c) for n, c in against.CASES.items()})
+  monkeypatch.setattr(against, "CASES", {n: against.shrink(c) for n, c in against.CASES.items()})
   page = tmp_path / "docs" / "performance.md"
   page.parent.mkdir()
   page.write_text(f"intro\n{against.DOC_MARKERS[0]}\nstale\n{against.DOC_MARKERS[1]}\nend\n")
@@ -159,3 +152,19 @@ def test_the_committed_block_is_what_its_record_gives():
   assert text[start:end + len(against.DOC_MARKERS[1])] == expected
   if report:
     assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", report["git"])
+
+
+def test_the_step_probe_carries_the_cases_to_the_next_accelerator(tmp_path, monkeypatch):
+  import argparse
+  import sys
+  import time
+  sys.path.insert(0, str(ROOT / "tools"))
+  import step_probe  # noqa: PLC0415 - tools/ is no package
+  monkeypatch.setattr(against, "CASES", {n: against.CASES[n] for n in ("softmax_flax_listops",
+                                                                        "latte_listops")})
+  args = argparse.Namespace(quick=True, against=[], argv=["--quick", "--against"], commit="abc")
+  step_probe.probe_against(args, time.monotonic() + 600, tmp_path)
+  report = json.loads((tmp_path / "against.json").read_text())
+  assert [r["status"][:7] for r in report["records"]] == ["ok", "not run"]
+  assert report["records"][0]["dims"]["seq_len"] == 16 and report["git"] == "abc"
+  assert "| softmax_flax_listops |" in (tmp_path / "against.md").read_text()
