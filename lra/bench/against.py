@@ -51,15 +51,22 @@ LISTOPS = dict(dim=128, num_heads=4, seq_len=2000)   # Latte paper, ListOps (bat
 TEXT = dict(dim=256, num_heads=4, seq_len=4000)      # Latte paper, Text (batch 32)
 _LATTE_SRC = "Latte paper ListOps: D=128, H=4, L=40, T=2000, batch 64"
 _TEXT_SRC = "Latte paper Text: D=256, H=4, T=4000, batch 32"
-# S5: its run_train.py defaults (P=256 in J=8 blocks), our s5 mixer's.
+# S5: its run_train.py defaults (P=256 in J=8 blocks), our s5 mixer's; it has no heads.
 _S5 = dict(state_size=256, blocks=8)
+
+
+def _no_heads(dims: dict[str, int]) -> dict[str, int]:
+  return {k: v for k, v in dims.items() if k != "num_heads"}
+
+
 CASES = {c.name: c for c in (
     Case("latte_listops", "latte", {**LISTOPS, "num_latents": 40}, 64, _LATTE_SRC),
     Case("latte_text", "latte", {**TEXT, "num_latents": 40}, 32, _TEXT_SRC + ", L=40 (Table 4)"),
     Case("latte_text_l256", "latte", {**TEXT, "num_latents": 256}, 32,
          _TEXT_SRC + ", L=256 (the authors' configs: imdb)"),
-    Case("s5_listops", "s5", {**LISTOPS, **_S5}, 64, "Latte paper ListOps shapes, S5's P and J"),
-    Case("s5_text", "s5", {**TEXT, **_S5}, 32, "Latte paper Text shapes, S5's P and J"),
+    Case("s5_listops", "s5", {**_no_heads(LISTOPS), **_S5}, 64,
+         "Latte paper ListOps shapes, S5's P and J"),
+    Case("s5_text", "s5", {**_no_heads(TEXT), **_S5}, 32, "Latte paper Text shapes, S5's P and J"),
     Case("softmax_flax_listops", "softmax_flax", LISTOPS, 64, "Latte paper ListOps shapes"),
     Case("softmax_jax_listops", "softmax_jax", LISTOPS, 64, "Latte paper ListOps shapes"),
     Case("softmax_flax_text", "softmax_flax", TEXT, 32, "Latte paper Text shapes"),
@@ -244,8 +251,9 @@ def shrink(case: Case) -> Case:
   """The case at a size that runs in seconds (tests, `tools/step_probe.py --quick`)."""
   own = {"num_latents": 4} if "num_latents" in case.dims else (
       {"state_size": 8, "blocks": 2} if "state_size" in case.dims else {})
-  return dataclasses.replace(case, dims={**case.dims, "dim": 8, "num_heads": 2, "seq_len": 16,
-                                         **own}, paper_batch=2)
+  heads = {"num_heads": 2} if "num_heads" in case.dims else {}
+  return dataclasses.replace(case, dims={**case.dims, "dim": 8, "seq_len": 16, **heads, **own},
+                             paper_batch=2)
 
 
 def _ratio(a, b) -> float | None:
@@ -277,8 +285,9 @@ def _shape(r: dict[str, Any]) -> str:
   d = r["dims"]
   own = (f", L={d['num_latents']}" if "num_latents" in d else
          f", P={d['state_size']}, J={d['blocks']}" if "state_size" in d else "")
-  return (f"B={r['batch_size']} (paper {r['paper_batch']}), T={d['seq_len']}, D={d['dim']}, "
-          f"H={d['num_heads']}{own}")
+  heads = f", H={d['num_heads']}" if "num_heads" in d else ""
+  return (f"B={r['batch_size']} (paper {r['paper_batch']}), T={d['seq_len']}, D={d['dim']}"
+          f"{heads}{own}")
 
 
 def _goal(r: dict[str, Any]) -> str:
