@@ -22,7 +22,8 @@ def add_parser(commands) -> None:
   bench.add_argument("--dim", type=int, help="model width (default 256)")
   bench.add_argument("--layers", type=int, help="default 6 (--lra-table: LRA's 4)")
   bench.add_argument("--heads", type=int, help="default 4")
-  bench.add_argument("--steps", type=int, default=5, help="timed steps per record (median)")
+  bench.add_argument("--steps", type=int, default=5, help="timed steps per record (median; "
+                     "--against: calls per side in each round)")
   bench.add_argument("--min-time", type=float, default=1.0, help="keep timing short steps "
                      "until this many seconds have passed")
   bench.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
@@ -51,7 +52,7 @@ def add_parser(commands) -> None:
       "S5SSM (a clone of it) and Flax's and JAX's attention (no clone), at the Latte paper's "
       "ListOps and Text shapes: first a check that both compute the same function on shared "
       "weights, then forward + backward times in interleaved rounds and XLA's memory. Cases "
-      "whose clone is not named are skipped.")
+      "whose clone is not named are listed as not run.")
   against.add_argument("--against", nargs="*", type=Path, metavar="CLONE",
                        help="run those cases; --readme writes their block between "
                        "<!-- lra-against:start --> and <!-- lra-against:end -->")
