@@ -441,9 +441,25 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
       report["decision"] = decide(report["variants"])
       report["wall_s"] = round(time.monotonic() - start, 1)
       _write(report, out)
+  if args.against is not None:
+    probe_against(args, deadline, out)
   for line in report["decision"]:
     print(line)
   return report
+
+
+def probe_against(args: argparse.Namespace, deadline: float, out: Path) -> None:
+  """`lra bench --against`'s cases at the papers' batches (--quick: tiny ones) in what is left of
+  the budget, written to against.json and against.md: the device's figures for docs/performance.md,
+  "The authors' layers" (the clones named, e.g. carried in an ignored folder of the checkout)."""
+  from lra.bench import against
+  cases = [against.shrink(c) if args.quick else c for c in against.CASES.values()]
+  records = against.run_cases(cases, args.against, deadline=deadline,
+                              log=lambda line: print(f"against: {line}", flush=True))
+  report = against.make_report("python tools/step_probe.py " + shlex.join(args.argv),
+                               args.commit or _git_commit(), records)
+  (out / "against.json").write_text(json.dumps(report, indent=1) + "\n")
+  (out / "against.md").write_text(against.markdown(report))
 
 
 def _expected_s(done: list[dict[str, Any]]) -> float:
@@ -474,6 +490,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser.add_argument("--variants", help="comma-separated subset of " +
                       ",".join(v[0] for v in VARIANTS))
   parser.add_argument("--commit", help="the commit probed (default: git rev-parse HEAD)")
+  parser.add_argument("--against", nargs="*", type=Path, metavar="CLONE", help="after the "
+                      "variants, `lra bench --against`'s cases within the budget (the softmax "
+                      "ones need no clone), into against.json|md")
   args = parser.parse_args(argv)
   args.argv = list(sys.argv[1:] if argv is None else argv)
   unknown = set((args.variants or "").split(",")) - {v[0] for v in VARIANTS} - {""}

@@ -1,10 +1,14 @@
-"""What `lra bench` (lra/bench/step_time.py) and `lra bench --epoch` (lra/bench/epoch.py) share:
-the device's name, a compiled program's FLOPs and the command line a generated file records.
+"""What `lra bench`'s measurements (lra/bench/step_time.py, epoch.py, lra_table.py, against.py)
+share: the device's name, a compiled program's FLOPs, the command line a generated file records and
+the splicing of a generated block into a page.
 """
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import jax
 
@@ -32,3 +36,13 @@ def recorded_command(argv: Sequence[str] | None = None) -> str:
   if argv[1:2] != ["bench"]:
     return "lra bench"
   return " ".join(["lra bench", *map(writers.portable, argv[2:])])
+
+
+def write_block(page: Path, report, record: Path | None, markers: tuple[str, str],
+                block: Callable[[Any, str], str]) -> None:
+  """Replaces `page`'s text between `markers` with `block(report, link)`, the link to the record
+  read from the page's own folder (docs/performance.md -> ../results/bench/...)."""
+  from lra.report import tables
+  link = Path(os.path.relpath(record, Path(page).parent)).as_posix() if record else "-"
+  page.write_text(tables.splice_readme(page.read_text(), block(report, link), page, markers,
+                                       "lra bench --readme"))

@@ -40,17 +40,18 @@ BASELINE = "softmax"
 
 
 def bench_config(mixer: str, *, dim: int, num_layers: int, num_heads: int,
-                 overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
-  """`lra run text MIXER`'s config (preset paper) at the given sizes, MLP 4D, then `overrides`
+                 overrides: Sequence[str] = (), preset: str = "paper") -> ml_collections.ConfigDict:
+  """`lra run text MIXER --preset PRESET`'s config at the given sizes, MLP 4D, then `overrides`
   (`a.b=value` strings): the model the runner would train, built by the same function."""
   sizes = [f"model.dim={dim}", f"model.num_layers={num_layers}", f"model.num_heads={num_heads}",
            f"model.mlp_dim={4 * dim}"]
-  return resolve_config("text", mixer, "paper", [*sizes, *overrides])
+  return resolve_config("text", mixer, preset, [*sizes, *overrides])
 
 
 def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: int,
             num_heads: int, overrides: Sequence[str] = (), num_steps: int = 5,
-            warmup_steps: int = 2, min_time_s: float = 1.0) -> dict[str, Any]:
+            warmup_steps: int = 2, min_time_s: float = 1.0, preset: str = "paper"
+            ) -> dict[str, Any]:
   """One record: the median wall time of jitted train steps after `warmup_steps`.
 
   At least `num_steps` steps are timed, and more until `min_time_s` seconds have passed.
@@ -60,13 +61,14 @@ def measure(mixer: str, seq_len: int, batch_size: int, *, dim: int, num_layers: 
   outputs + temporaries, less what donation aliases (deterministic, so comparable across runs).
   """
   config = bench_config(mixer, dim=dim, num_layers=num_layers, num_heads=num_heads,
-                        overrides=overrides)
+                        overrides=overrides, preset=preset)
   spec = TaskSpec(vocab_size=257, seq_len=seq_len, num_classes=2)
   device = jax.devices()[0]
   record: dict[str, Any] = {
       "mixer": mixer_label(config), "seq_len": seq_len, "batch_size": batch_size,
       "device": device_name(device), "dim": dim, "num_layers": num_layers,
       "num_heads": num_heads, "overrides": list(overrides), "dtype": config.model.dtype,
+      **({"preset": preset} if preset != "paper" else {}),
       "execution_path": execution_path(config),
       "status": "ok", "time_ms": None, "tokens_per_s": None, "peak_bytes": None}
   mesh = jax.sharding.Mesh(np.asarray([device]), ("data",))
@@ -167,7 +169,8 @@ def run_bench(mixers: Sequence[str], lengths: Sequence[int], batch_size: int, *,
               num_steps: int = 5, warmup_steps: int = 2, min_time_s: float = 1.0,
               isolate: bool = True, matmul_n: int | None = None, log=None,
               xla_log: Path | None = None, deadline: float | None = None,
-              by_length: bool = False) -> list[dict[str, Any]]:
+              by_length: bool = False, preset: str = "paper",
+              overrides_for=None) -> list[dict[str, Any]]:
   """Measures every (mixer, T); with `isolate` each in a fresh process.
 
   A fresh process per record makes peak RSS that record's own, and frees an accelerator fully
@@ -180,11 +183,18 @@ def run_bench(mixers: Sequence[str], lengths: Sequence[int], batch_size: int, *,
       (`timeout: ...`) and later ones are `not run: out of time`.
     by_length: run every mixer at the first length before any at the next (so a deadline cuts
       lengths, not mixers); the records come back in (mixer, T) order either way.
+    preset: the Text preset the configs start from.
+    overrides_for: (mixer, T) -> more overrides for that record only (after `overrides`).
   Returns:
     One record per (mixer, T), with the matmul peak and each record's share of it.
   """
+  def own(mixer: str, seq_len: int) -> tuple[str, ...]:
+    return (*overrides, *(overrides_for(mixer, seq_len) if overrides_for else ()))
+
   for mixer in mixers:  # unknown mixers and bad overrides fail here, before any process starts
-    bench_config(mixer, dim=dim, num_layers=num_layers, num_heads=num_heads, overrides=overrides)
+    for seq_len in lengths:
+      bench_config(mixer, dim=dim, num_layers=num_layers, num_heads=num_heads,
+                   overrides=own(mixer, seq_len), preset=preset)
   order = ([(m, t) for t in lengths for m in mixers] if by_length
            else [(m, t) for m in mixers for t in lengths])
   peak, error, _ = _record_job(matmul_peak, {"num_steps": num_steps, "n": matmul_n},
@@ -196,12 +206,13 @@ def run_bench(mixers: Sequence[str], lengths: Sequence[int], batch_size: int, *,
   records = {}
   for mixer, seq_len in order:
     kwargs = dict(mixer=mixer, seq_len=seq_len, batch_size=batch_size, dim=dim,
-                  num_layers=num_layers, num_heads=num_heads, overrides=tuple(overrides),
-                  num_steps=num_steps, warmup_steps=warmup_steps, min_time_s=min_time_s)
+                  num_layers=num_layers, num_heads=num_heads, overrides=own(mixer, seq_len),
+                  num_steps=num_steps, warmup_steps=warmup_steps, min_time_s=min_time_s,
+                  preset=preset)
     record, error, oom = _record_job(measure, kwargs, isolate=isolate, xla_log=xla_log,
                                      label=f"{mixer} T={seq_len}", deadline=deadline)
     if record is None:  # one failing record should not lose the others
-      record = {**kwargs, "overrides": list(overrides), "device": None, "time_ms": None,
+      record = {**kwargs, "overrides": list(kwargs["overrides"]), "device": None, "time_ms": None,
                 "tokens_per_s": None, "peak_bytes": None,
                 "status": "oom" if oom else error.splitlines()[0][:200]}
       if oom:
@@ -388,16 +399,15 @@ def main(args, overrides: Sequence[str]) -> int:
   """`lra bench`: prints one line per record, then the Markdown table; writes what was asked."""
   import json
   mixers = args.mixers.split(",") if args.mixers else all_mixers()
-  lengths = [int(t) if t.strip().isdigit() and int(t) > 0 else 0 for t in args.lengths.split(",")]
-  if 0 in lengths:
-    raise errors.BadValue(f"--lengths {args.lengths}: expected sequence lengths >= 1 separated by "
-                          "commas, e.g. `lra bench --lengths 1024,2048`")
+  lengths = parse_lengths(args.lengths) if args.lengths else list(DEFAULT_LENGTHS)
   command = recorded_command()
   if args.xla_log:
     args.xla_log.parent.mkdir(parents=True, exist_ok=True)
     args.xla_log.write_text("")  # each record appends its part
-  records = run_bench(mixers, lengths, args.batch, dim=args.dim, num_layers=args.layers,
-                      num_heads=args.heads, overrides=overrides, num_steps=args.steps,
+  sizes = {k: getattr(args, a) or DEFAULTS[k] for k, a in (
+      ("dim", "dim"), ("num_layers", "layers"), ("num_heads", "heads"), ("batch_size", "batch"))}
+  records = run_bench(mixers, lengths, sizes.pop("batch_size"), **sizes, overrides=overrides,
+                      num_steps=args.steps,
                       warmup_steps=args.warmup, min_time_s=args.min_time,
                       isolate=not args.in_process,
                       matmul_n=args.matmul_n, xla_log=args.xla_log,
@@ -420,6 +430,15 @@ def main(args, overrides: Sequence[str]) -> int:
     args.readme.write_text(tables.splice_readme(args.readme.read_text(), block, args.readme,
                                                 README_MARKERS, "lra bench --readme"))
   return 0
+
+
+def parse_lengths(text: str) -> list[int]:
+  """--lengths: comma-separated sequence lengths, each at least 1."""
+  lengths = [int(t) if t.strip().isdigit() and int(t) > 0 else 0 for t in text.split(",")]
+  if 0 in lengths:
+    raise errors.BadValue(f"--lengths {text}: expected sequence lengths >= 1 separated by "
+                          "commas, e.g. `lra bench --lengths 1024,2048`")
+  return lengths
 
 
 def all_mixers() -> list[str]:

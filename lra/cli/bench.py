@@ -1,5 +1,7 @@
-"""`lra bench`: train-step time and memory per mixer and length (lra.bench.step_time), or one
-training epoch per batching mode (--epoch TASK: lra.bench.epoch)."""
+"""`lra bench`: train-step time and memory per mixer and length (lra.bench.step_time), LRA's
+efficiency table beside the published one (--lra-table: lra.bench.lra_table), our layers against
+the references users would run instead (--against: lra.bench.against), or one training epoch per
+batching mode (--epoch TASK: lra.bench.epoch)."""
 from __future__ import annotations
 
 import argparse
@@ -13,12 +15,15 @@ def add_parser(commands) -> None:
                       epilog="Defaults: the Latte paper's Text model (6 layers, D=256, 4 heads, "
                       "batch 32). Any --config.KEY=VALUE applies to every mixer.")
   bench.add_argument("--mixers", help="comma-separated (default: all registered)")
-  bench.add_argument("--lengths", default="1024,2048,4096,8192,16384")
-  bench.add_argument("--batch", type=int, default=32)
-  bench.add_argument("--dim", type=int, default=256)
-  bench.add_argument("--layers", type=int, default=6)
-  bench.add_argument("--heads", type=int, default=4)
-  bench.add_argument("--steps", type=int, default=5, help="timed steps per record (median)")
+  bench.add_argument("--lengths", help="comma-separated (default 1024,2048,4096,8192,16384; "
+                     "--lra-table: 1024,2048,3072,4096)")
+  bench.add_argument("--batch", type=int, help="rows per step (default 32; --against: each "
+                     "case's paper batch)")
+  bench.add_argument("--dim", type=int, help="model width (default 256)")
+  bench.add_argument("--layers", type=int, help="default 6 (--lra-table: LRA's 4)")
+  bench.add_argument("--heads", type=int, help="default 4")
+  bench.add_argument("--steps", type=int, default=5, help="timed steps per record (median; "
+                     "--against: calls per side in each round)")
   bench.add_argument("--min-time", type=float, default=1.0, help="keep timing short steps "
                      "until this many seconds have passed")
   bench.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
@@ -34,6 +39,27 @@ def add_parser(commands) -> None:
                      "process (faster; peak RSS is then cumulative)")
   bench.add_argument("--xla-log", type=Path, metavar="FILE", help="write XLA's own log (the GPU "
                      "autotuner's included) here; by default it is dropped")
+  table = bench.add_argument_group(
+      "LRA's efficiency table (--lra-table)", "LRA's Text model (the `lra` preset: 4 layers, 4 "
+      "heads, D=256, MLP 1024), batch 32, T=1K-4K, for LRA's mixers we have and latte, s5, mega, "
+      "luna; steps/s and memory relative to softmax beside the published ratios (LRA Table 2, "
+      "Mega Table 2). On a CPU pass a small --batch.")
+  table.add_argument("--lra-table", action="store_true", help="run that table instead; --readme "
+                     "writes its block between <!-- lra-table:start --> and <!-- lra-table:end -->")
+  against = bench.add_argument_group(
+      "against the references (--against [CLONE ...])", "Our Latte, S5 and softmax layers "
+      "beside the authors' BidLatte (a clone of raresdolga/latte_transformer), lindermanlab/S5's "
+      "S5SSM (a clone of it) and Flax's and JAX's attention (no clone), at the Latte paper's "
+      "ListOps and Text shapes: first a check that both compute the same function on shared "
+      "weights, then forward + backward times in interleaved rounds and XLA's memory. Cases "
+      "whose clone is not named are listed as not run.")
+  against.add_argument("--against", nargs="*", type=Path, metavar="CLONE",
+                       help="run those cases; --readme writes their block between "
+                       "<!-- lra-against:start --> and <!-- lra-against:end -->")
+  against.add_argument("--cases", help="comma-separated case names or kinds (latte, s5, "
+                       "softmax_flax, softmax_jax; default: all)")
+  against.add_argument("--rounds", type=int, default=5, help="interleaved rounds, each timing "
+                       "--steps calls per side")
   epoch = bench.add_argument_group(
       "one training epoch (--epoch TASK)", "The time of an epoch of TASK's prepared training "
       "data per batching mode, with compile counts; the model is the preset's (--preset, "
@@ -56,6 +82,18 @@ def add_parser(commands) -> None:
 
 
 def main(args: argparse.Namespace, overrides: list[str]) -> int:
+  from lra import errors
+  chosen = [flag for flag, on in (("--epoch", args.epoch), ("--lra-table", args.lra_table),
+                                  ("--against", args.against is not None)) if on]
+  if len(chosen) > 1:
+    raise errors.BadValue(f"lra bench: {' and '.join(chosen)} are separate measurements; pass "
+                          "one of them per command.")
+  if args.lra_table:
+    from lra.bench import lra_table
+    return lra_table.main(args, overrides)
+  if args.against is not None:
+    from lra.bench import against
+    return against.main(args, overrides)
   if args.epoch:
     from lra.bench import epoch
     return epoch.main(args, overrides)
