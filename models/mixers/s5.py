@@ -51,7 +51,10 @@ def s5_ssm(u: jax.Array, mask: jax.Array, lambda_bar: jax.Array, b_bar: jax.Arra
   u = jnp.where(mask[..., None], u, 0.0).astype(jnp.float32)
   bu = (jnp.einsum("btd,pd->btp", u, b_bar.real)
         + 1j * jnp.einsum("btd,pd->btp", u, b_bar.imag))               # [B,T,P]
-  a = jnp.broadcast_to(lambda_bar, bu.shape)
+  # [1,T,P], not [B,T,P]: the scans broadcast it over the batch; a [B,T,P] copy of Lambda_bar per
+  # direction cost up to 40% more temporary memory than lindermanlab/S5's S5SSM (lra bench
+  # --against, docs/performance.md), for the same values.
+  a = jnp.broadcast_to(lambda_bar, (1, *bu.shape[1:]))
   _, x_fwd = jax.lax.associative_scan(_combine, (a, bu), axis=1)
   _, x_bwd = jax.lax.associative_scan(_combine, (a, bu), axis=1, reverse=True)
 
