@@ -43,7 +43,7 @@ def test_decisions_flip_the_generator_only_beyond_the_drift():
 
 
 def test_sorted_micro_batches_are_held_against_the_cpus_ratio_and_k_follows_the_fastest():
-  cpu = probe.CPU_SORTED_K4_RATIO
+  cpu = probe.cpu_sorted_ratio()  # read from the committed CPU record
   lines = probe.decide(_rates(baseline=50.0, sorted_k4=50.0 * cpu * 1.1, sorted_k2=55.0,
                               sorted_k8=50.0 * cpu * 1.1 * 1.2, baseline_again=50.0))
   assert f"k=4 {cpu * 1.1:.2f}x" in lines[-3] and f"the CPU's k=4 ratio was {cpu:.2f}x" in lines[-3]
