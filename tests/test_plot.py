@@ -156,3 +156,16 @@ def test_your_runs_are_read_beside_the_committed_ones(tmp_path):
   curves = results.load_all_curves(runs, tmp_path / "results")
   assert set(curves["source"]) == {"committed", "yours"}
   assert len(curves[curves["source"] == "yours"]) == len(results.load_curves(mine))
+
+
+def test_a_curve_under_another_still_shows_and_says_so(tmp_path):
+  """Two runs with the very same curves (a copy, or two commands of one run): each its own
+  marker, and the later one's label names the run it lies under."""
+  copy = tmp_path / "runs" / "listops" / "latte" / "demo_seed9"
+  shutil.copytree(DEMO[0], copy, ignore=shutil.ignore_patterns("checkpoints", "*.pack*"))
+  fig = plot.curves_figure([DEMO[0], copy])
+  lines = {line.get_gid(): line for ax in fig.axes for line in ax.get_lines() if line.get_gid()}
+  markers = {lines[f"{run}|val/accuracy"].get_marker() for run in (DEMO[0], copy)}
+  assert len(markers) == 2
+  legend = [t.get_text() for t in fig.legends[0].get_texts()]
+  assert legend[1].endswith(f"(same curves as {legend[0]})"), legend

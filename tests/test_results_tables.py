@@ -728,3 +728,12 @@ def test_sweep_grid_crosses_settings_each_named_by_its_values(tmp_path):
                grid=["train.learning_rate=1e-3"], overrides=["train.learning_rate=0.1"])
   with pytest.raises(ValueError, match="expected KEY=VALUE1,VALUE2"):
     sweep.grid_settings(["train.learning_rate"])
+
+
+def test_one_rounding_rule_for_every_report():
+  """A mean that is 56.675 in percent and 0.56675 as a fraction prints the same everywhere."""
+  from lra.report import status
+  from lra.report.table_rules import decimals
+  assert decimals(56.675) == decimals(0.56675 * 100) == "56.68" and decimals(-0.005) == "-0.01"
+  assert status.cell([{"status": "complete", "test_accuracy": t} for t in (0.5, 0.6335)]) == (
+      "56.68 (n=2)")

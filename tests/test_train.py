@@ -214,12 +214,15 @@ def test_diff_names_what_differs(smoke_run, tmp_path, capsys):
   (b / "config.json").write_text(json.dumps(config))
   final = json.loads((b / "final.json").read_text())
   final["git_sha"], final["versions"]["jax"] = "0" * 40, "0.0.1"
+  final["steps_per_s"], final["test_accuracy"] = 5.272916045760012, 0.12345
   (b / "final.json").write_text(json.dumps(final))
   assert main(["diff", str(a), str(b)]) == 0
   out = capsys.readouterr().out
   assert "config train.learning_rate" in out and "B: 0.5" in out
   assert "code git_sha" in out and "versions versions.jax" in out
-  assert "scores" not in out and "device" not in out
+  assert "device" not in out
+  # Numbers as the reports print them: accuracies in %, speeds to four digits, never raw floats.
+  assert "B: 12.35%" in out and "B: 5.273" in out and "5.27291604" not in out
   assert main(["diff", str(a), str(a)]) == 0
   assert "no differences" in capsys.readouterr().out
 

@@ -143,14 +143,18 @@ def curves_figure(run_dirs: Sequence[Path]) -> Figure:
   fig = Figure(figsize=(12, 4.2 + 0.25 * legend_rows), dpi=DPI, layout="constrained")
   accuracy, loss = fig.subplots(1, 2)
   handles = []
-  for (run_dir, label, curves), colour in zip(drawn, distinct_colours(len(drawn))):
+  drawn = _same_curves_named(drawn)
+  for index, ((run_dir, label, curves), colour) in enumerate(
+      zip(drawn, distinct_colours(len(drawn)))):
     for ax, key, style, scale in ((accuracy, "val/accuracy", "-", 100),
                                   (accuracy, "test/accuracy", "--", 100),
                                   (loss, "train/loss", "-", 1), (loss, "val/loss", "--", 1)):
       if key in curves:
         points = curves.dropna(subset=[key])
+        # Each run its own marker, so a curve drawn exactly under another still shows.
         (line,) = ax.plot(points["step"], scale * points[key], style, color=colour,
-                          marker="." if key.startswith(("val", "test")) else None,
+                          marker=(MARKERS[index % len(MARKERS)] if key.startswith(("val", "test"))
+                                  else None), markersize=4, markerfacecolor="none",
                           linewidth=1.0 if key == "train/loss" else 1.4, label=label)
         line.set_gid(f"{run_dir}|{key}")  # which run and metric, for tests and SVG readers
         if key == "val/accuracy" or (key == "train/loss" and "val/accuracy" not in curves):
@@ -169,6 +173,24 @@ def curves_figure(run_dirs: Sequence[Path]) -> Figure:
   fig.legend(handles=handles, labels=[h.get_label() for h in handles], loc="outside lower center",
              ncols=columns, fontsize="small", frameon=False)
   return fig
+
+
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
+CURVE_KEYS = ("val/accuracy", "test/accuracy", "train/loss", "val/loss")
+
+
+def _same_curves_named(drawn: list[tuple[Path, str, pd.DataFrame]]
+                       ) -> list[tuple[Path, str, pd.DataFrame]]:
+  """The runs to draw, a run whose curves equal an earlier one's labelled so ("same curves as
+  X"): drawn one over the other, the later would hide the first."""
+  named = []
+  for run_dir, label, curves in drawn:
+    keys = ["step", *(k for k in CURVE_KEYS if k in curves)]
+    twin = next((other for _, other, theirs in named if set(keys) <= set(theirs.columns)
+                 and theirs[keys].reset_index(drop=True).equals(
+                     curves[keys].reset_index(drop=True))), None)
+    named.append((run_dir, label + (f" (same curves as {twin})" if twin else ""), curves))
+  return named
 
 
 MAX_NAME = 100  # characters of a default file name before it is cut and given a digest

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lra import errors
+from lra.report.table_rules import decimals
 from lra.runs.run_identity import as_trained, flatten
 
 # What a row of the diff is about -> the final.json keys it compares.
@@ -64,5 +65,16 @@ def format_diff(rows: list[tuple[str, str, Any, Any]], run_a: Path, run_b: Path)
     return f"{run_a} and {run_b}: no differences in config, data, code, versions, device or scores."
   width = max(len(f"{s} {k}") for s, k, _, _ in rows)
   lines = [f"A = {run_a}", f"B = {run_b}", ""]
-  lines += [f"{f'{s} {k}':<{width}}  A: {a}   B: {b}" for s, k, a, b in rows]
+  lines += [f"{f'{s} {k}':<{width}}  A: {_value(k, a)}   B: {_value(k, b)}"
+            for s, k, a, b in rows]
   return "\n".join(lines)
+
+
+def _value(key: str, value: Any) -> str:
+  """A value as the reports print it: accuracies in % (two decimals, the one rounding rule),
+  other measured numbers with four significant digits, settings as they are written."""
+  if isinstance(value, bool) or not isinstance(value, float):
+    return str(value)
+  if "accuracy" in key:
+    return f"{decimals(100 * value)}%"
+  return f"{value:.4g}"

@@ -17,7 +17,7 @@ from typing import Any
 
 from lra import errors
 from lra.report import ledger, results, run_summary
-from lra.report.table_rules import COMMITTED, LRA_TASKS, YOURS, TASK_TITLES
+from lra.report.table_rules import COMMITTED, LRA_TASKS, YOURS, TASK_TITLES, decimals
 from lra.report.tables import load_published
 
 # The grid that is always shown, run or not: the papers' protocol on the LRA tasks.
@@ -62,7 +62,7 @@ def cell(runs: Sequence[Mapping[str, Any]]) -> str:
   scores = [s for s in (run_summary.number(r["test_accuracy"]) for r in complete)
             if s is not None]
   if scores:
-    text = f"{100 * sum(scores) / len(scores):.2f}"
+    text = decimals(100 * sum(scores) / len(scores))
     return text + (f" (n={len(scores)})" if len(scores) > 1 else "")
   going = [r for r in runs if r["status"] in ("running", "interrupted")]
   if going:

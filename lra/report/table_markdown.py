@@ -9,8 +9,8 @@ import math
 from typing import Any
 
 from lra.report.table_rules import (AVG_TASKS, CHANCE_MARGIN, COMMITTED, CPU_PRESETS, LRA_TASKS,
-                                    YOURS, PROTOCOL_PRESETS, PUBLISHED, RUN_SOURCES, STATISTICS,
-                                    TASK_TITLES, group)
+                                    PROTOCOL_PRESETS, PUBLISHED, RUN_SOURCES, STATISTICS,
+                                    TASK_TITLES, YOURS, decimals, group)
 
 CHANCE_MARK = "‡"
 STATISTIC_LABELS = {"best_test": "best test", "last": "last step",
@@ -55,7 +55,7 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return value
   if _missing(value):
     return ""
-  return f"{float(value):.{digits}f}"
+  return decimals(value, digits)
 
 
 def _cell(acc: Any, std: Any = None, n: Any = None, delta: Any = None,
@@ -68,7 +68,7 @@ def _cell(acc: Any, std: Any = None, n: Any = None, delta: Any = None,
   if n is not None and n > 1:
     text += f" (n={n})"
   if delta is not None:
-    text += f" Δ{delta:+.2f}"
+    text += f" Δ{'+' if delta >= 0 else ''}{decimals(delta)}"
   return text + (f" {CHANCE_MARK}" if at_chance else "")
 
 

@@ -4,6 +4,8 @@ groups.
 """
 from __future__ import annotations
 
+import decimal
+
 from lra.configs.common import CPU_PRESETS  # the one list of CPU presets, re-exported here
 
 LRA_TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
@@ -28,6 +30,14 @@ STATISTICS = {
                  "without the test set)"),
 }
 CHANCE_MARGIN = 1.0  # points: a mean this close to chance/majority has not learned the task
+
+
+def decimals(value: float, digits: int = 2) -> str:
+  """The one rounding rule of every figure the reports print: half away from zero, on the value
+  rounded to 9 places first, so 56.675 and 0.56675 * 100 (56.674999...) both print 56.68 in the
+  tables, the status and `lra status` alike."""
+  exact = decimal.Decimal(repr(round(float(value), 9)))
+  return str(exact.quantize(decimal.Decimal(1).scaleb(-digits), rounding=decimal.ROUND_HALF_UP))
 
 
 def group(preset: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from lra.report import ledger, results
 from lra.configs.common import mixer_configs
 from lra.report.table_markdown import _duration, _squares_rank_line
-from lra.report.table_rules import LRA_TASKS, TASK_TITLES, group
+from lra.report.table_rules import LRA_TASKS, TASK_TITLES, decimals, group
 
 PAGE = Path("docs") / "status.md"  # beside the README it belongs to
 README_MARKERS = ("<!-- lra-status:start -->", "<!-- lra-status:end -->")
@@ -276,7 +276,7 @@ def _cost(row: Row, rate: bool = False) -> str:
 
 
 def _pct(value: float) -> str:
-  return f"{value:.2f}%"
+  return f"{decimals(value)}%"
 
 
 def _names(items: list[Any], conjunction: str = "and") -> str:
@@ -313,7 +313,7 @@ def _range(rows: list[Row]) -> str:
 
 
 def _between(low: float, high: float) -> str:
-  return _pct(low) if low == high else f"{low:.2f}-{high:.2f}%"
+  return _pct(low) if low == high else f"{decimals(low)}-{decimals(high)}%"
 
 
 def _span(rows: list[Row], column: str, fmt) -> str:
