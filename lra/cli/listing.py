@@ -61,7 +61,7 @@ PRESET_DESCRIPTIONS = {
     "latte_code": "the Latte authors' code where it departs from the paper",
     "lra": "the original LRA code's settings",
     "smoke": "seconds: a few steps of a tiny model (checks that it runs, not that it learns)",
-    "demo": "minutes on a CPU (ListOps with Latte: ~5 min on 2 cores, ~10 on one): a small "
+    "demo": "minutes on a CPU (ListOps with Latte: 4-4.5 min on 2 cores, measured): a small "
             "model on small generated data",
     "laptop": "the LRA task's own data at full length (ListOps, Pathfinder) with a small model, "
               "trained on a CPU in 40 min to 4.5 h on 2 cores",
