@@ -280,3 +280,11 @@ def test_the_s5_screens_table_is_the_records():
   import s5_diagnosis  # pylint: disable=import-outside-toplevel
   records = json.loads((ROOT / "results" / "s5_diagnosis" / "screens.json").read_text())
   assert (ROOT / "docs" / "mixers.md").read_text() == s5_diagnosis.docs_text(records)
+
+
+def test_the_spt_pilot_table_is_the_run_folders():
+  """docs/protocol.md types no figure of the SPT pilot: its table is made from the run folders
+  (`python tools/cpu_table.py summary`)."""
+  sys.path.insert(0, str(ROOT / "tools"))
+  import cpu_table  # pylint: disable=import-outside-toplevel
+  assert (ROOT / "docs" / "protocol.md").read_text() == cpu_table.docs_text(cpu_table.table_runs())
