@@ -247,3 +247,17 @@ def test_rope_scores_depend_on_the_offset_only_and_pads_change_nothing(highest_p
   y_cut, _ = mixer.apply(params, x[:, :9], short[:, :9], deterministic=True)
   np.testing.assert_allclose(np.asarray(y[:, :7]), np.asarray(y_cut[:, :7]), rtol=1e-5,
                              atol=1e-6)
+
+
+def pretrain_and_fine_tune(task: str, data_dir, root) -> dict:
+  """`lra pretrain TASK softmax --preset smoke`, then its fine-tune, on prepared data: what the
+  readers' tests run on their fixtures (Text, Retrieval's pairs, Image's L1 pixels)."""
+  pre, tune = root / "pretrain", root / "fine-tune"
+  common = ["--preset", "smoke", "--data-dir", str(data_dir), "--quiet"]
+  assert main(["pretrain", task, "softmax", *common, "--run-dir", str(pre)]) == 0
+  assert json.loads((pre / "final.json").read_text())["objective"] == "denoise"
+  assert main(["run", task, "softmax", *common, "--run-dir", str(tune), "--init-from",
+               str(pre)]) == 0
+  final = json.loads((tune / "final.json").read_text())
+  assert final["status"] == "complete" and final["pretrained"]["step"] >= 1
+  return final

@@ -175,3 +175,5 @@ def test_cli_smoke_run(tmp_path, capsys):
                "--run-dir", str(run_dir), "--quiet"]) == 0
   final = json.loads((run_dir / "final.json").read_text())
   assert final["status"] == "complete" and final["step"] == 2 and final["seq_len"] == 1024
+  from test_spt import pretrain_and_fine_tune  # pylint: disable=import-outside-toplevel
+  pretrain_and_fine_tune("image", data, tmp_path)  # L1 on pixel values

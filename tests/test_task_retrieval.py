@@ -138,3 +138,5 @@ def test_cli_inspect_pairs_and_smoke_run(tmp_path, capsys):
                "--run-dir", str(run_dir), "--quiet"]) == 0
   final = json.loads((run_dir / "final.json").read_text())
   assert final["status"] == "complete" and final["step"] == 2
+  from test_spt import pretrain_and_fine_tune  # pylint: disable=import-outside-toplevel
+  pretrain_and_fine_tune("retrieval", data, tmp_path)  # both documents hidden and predicted

@@ -229,3 +229,5 @@ def test_cli_prepare_inspect_and_smoke_run(tmp_path, reviews, capsys):
   assert final["status"] == "complete" and final["step"] == 2 and final["seq_len"] == 4000
   assert final["data"]["validation"].startswith("held-out 0.25 of train")
   assert final["data"]["options"] == {"val_from_train_fraction": 0.25, "split_seed": 0}
+  from test_spt import pretrain_and_fine_tune  # pylint: disable=import-outside-toplevel
+  pretrain_and_fine_tune("text", data, tmp_path)

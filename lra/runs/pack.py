@@ -352,8 +352,9 @@ def _move_into(scratch: Path, target: Path, archive: Path) -> None:
 def resume_command(config: dict[str, Any], run_dir: Path) -> str | None:
   """The `lra run` command that resumes the run of `config` (its config.json) in `run_dir`: task,
   mixer (an own mixer by the spec it was named with), preset, seed, and the settings where it
-  departs from the preset (run_identity.departures; the logging settings too). None when the
-  task or preset no longer exists here.
+  departs from the preset (run_identity.departures; the logging settings too); `lra pretrain` for
+  a self-pretraining run, and a fine-tune's --init-from. None when the task or preset no longer
+  exists here.
 
   An own mixer whose file is not at its spec here (yet) cannot give the preset's block of its
   settings: every setting of its block is then named, which resumes the same run.
@@ -379,7 +380,12 @@ def resume_command(config: dict[str, Any], run_dir: Path) -> str | None:
           if key.startswith(run_identity.NOT_IDENTITY) and ours[key] != theirs[key]]
   settings = sorted({*run_identity.departures(config, reference), *block, *logs})
   seed = ours.get(run_identity.SEED_KEY, 0)
-  argv = ["lra", "run", config["task"], source.get("spec") or mixer, "--preset", config["preset"],
-          *(["--seed", str(seed)] if seed else []), "--run-dir", str(run_dir),
+  # A self-pretraining run resumes under `lra pretrain`, a fine-tune with the run it started from.
+  phase = run_identity.phase(config)
+  start = (["--init-from", str(ours["spt.init_from"])]
+           + (["--allow-partial"] if ours.get("spt.allow_partial") else [])) if phase == "spt" else []
+  argv = ["lra", "pretrain" if phase == "pretrain" else "run", config["task"],
+          source.get("spec") or mixer, "--preset", config["preset"],
+          *(["--seed", str(seed)] if seed else []), "--run-dir", str(run_dir), *start,
           *(f"--config.{item}" for item in settings)]
   return shlex.join(argv)

@@ -25,7 +25,10 @@ SEED_KEY = "train.seed"
 # Settings that say where the curves also go (TensorBoard, W&B), not what the run computes, and
 # where a fine-tune's pretraining run lies on this machine (the run's name says `spt`; its
 # final.json names the pretraining run by its identity).
-NOT_IDENTITY = ("log.", "spt.init_from", "spt.allow_partial")
+NOT_IDENTITY = ("log.", "spt.init_from", "spt.allow_partial",
+                # A phase's budget becomes its train.num_steps and warm-up (configs.common.
+                # spt_phase): named there once, not twice; a run from scratch reads none of them.
+                "spt.pretrain_steps", "spt.pretrain_warmup_steps", "spt.finetune_steps")
 # Keys added with a default that is not what configs written before them computed: the value those
 # configs ran, read wherever a stored config has the key's block but not the key.
 ADDED_KEYS = {
@@ -117,6 +120,10 @@ def phase(config: Mapping[str, Any]) -> str:
   return "spt" if (config.get("spt") or {}).get("init_from") else ""
 
 
+_PHASES = {"": "a run from scratch", "pretrain": "a self-pretraining run (lra pretrain)",
+           "spt": "a fine-tune (--init-from)"}
+
+
 def run_name(config: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
   """`<preset>[+<phase>,<departures>]_seed<N>`: e.g. `demo_seed0`,
   `demo+mixers.latte.vapor=True_seed0`, `squares+pretrain_seed0` (lra pretrain), `squares+spt_seed0`
@@ -141,6 +148,8 @@ def same_run(stored: Mapping[str, Any], config: Mapping[str, Any],
   preset, task and mixer.
   """
   reasons = []
+  if phase(stored) != phase(config):  # a pretraining, a fine-tune or a run from scratch
+    reasons.append(f"it is {_PHASES[phase(stored)]}, this command {_PHASES[phase(config)]}")
   for key in ("task", "preset", "model.mixer", SEED_KEY):
     old, new = flatten(stored).get(key), flatten(config).get(key)
     if old != new:
