@@ -48,20 +48,29 @@ def run_config(config: ml_collections.ConfigDict, *, data_dir: Path | None = Non
   folder and training, the config resolved once for all of them."""
   stop_after.check_limit(stop_after_s)
   loggers.check(config)  # a missing TensorBoard or W&B package: one line before any work
-  if run_identity.phase(config) == "spt":  # a pretraining run this fine-tune cannot start from
-    init_from.check(config.to_dict(), Path(config.spt.init_from))
   # Today's preset, which the run's name and a folder's earlier run are measured against.
   reference = reference_config(config.to_dict()).to_dict()
   run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir, reference)
   fresh = not run_dir.exists() or not any(run_dir.iterdir())
+  if run_identity.phase(config) == "spt":
+    # A fine-tune's start is checked when it starts; once it holds a checkpoint it continues its
+    # own state, wherever its pretraining run has gone since (another machine, a deleted folder).
+    if not _has_checkpoint(run_dir):
+      init_from.check(config.to_dict(), Path(config.spt.init_from))
+    init_from.check_resumed(run_dir, Path(config.spt.init_from))
   try:
     with run_lock.hold(run_dir):
       return {**_run_locked(config, reference, run_dir, data_dir, progress, stop_after_s),
               "run_dir": str(run_dir)}
   except OutOfMemoryError:
-    if fresh and not any(p.name.isdigit() for p in (run_dir / "checkpoints").glob("*")):
+    if fresh and not _has_checkpoint(run_dir):
       shutil.rmtree(run_dir, ignore_errors=True)
     raise
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+  """Whether `run_dir` holds a training checkpoint (a step's folder) to resume from."""
+  return any(p.name.isdigit() for p in (run_dir / "checkpoints").glob("*"))
 
 
 def _run_locked(config: ml_collections.ConfigDict, reference: dict[str, Any], run_dir: Path,

@@ -57,6 +57,9 @@ class Denoiser(nn.Module):
     levels = self.pixel_levels
     if levels is not None and not 2 <= levels <= 256:
       raise errors.BadValue(f"spt.pixel_levels must be between 2 and 256, got {levels}")
+    if levels is None and self.loss == "l1":  # ids of a vocabulary are no numbers to regress
+      raise errors.BadValue("spt.loss=l1 predicts pixel values as numbers, and this task reads "
+                            "tokens of a vocabulary; pass --config.spt.loss=ce")
     outputs = (levels or self.num_values) if self.loss == "ce" else 1
     predict = nn.Dense(patch * patch * outputs, name="predict")
     parts = []

@@ -18,7 +18,7 @@ import pytest
 from flax import serialization
 
 from lra.runs.config_loading import load_data, resolve_config
-from lra import run
+from lra import errors, run
 from lra.cli import main
 from lra.models.build import build_model
 from lra.models.encoder import token_mask
@@ -76,6 +76,14 @@ def test_hidden_tokens_are_the_ratio_of_real_tokens_and_never_pads():
     real = int(mask.sum())
     share = hidden.sum() / real
     assert abs(share - ratio) < 4 * np.sqrt(ratio * (1 - ratio) / real), (ratio, share)
+
+
+def test_l1_is_refused_for_a_task_of_tokens():
+  spec = TaskSpec(vocab_size=16, seq_len=8, num_classes=10, pad_id=0)
+  batch = {"inputs": np.ones((2, 8), np.int32), "mask": np.ones((2, 8), bool),
+           "weight": np.ones(2, np.float32), "noise": example_noise(np.arange(2), 8, 0, None)}
+  with pytest.raises(errors.BadValue, match="spt.loss=ce"):
+    _denoiser_output(["spt.loss=l1"], spec, batch)
 
 
 def test_the_noise_is_the_examples_own_whatever_the_batch():
@@ -154,6 +162,15 @@ def test_a_mismatched_or_unfinished_pretraining_is_refused_in_one_line(pretraine
   assert main([*common, "--config.model.dim=16"]) == 2
   err = capsys.readouterr().err.strip()
   assert err.count("\n") == 0 and "model.dim is 32 there and 16 here" in err, err
+  # The seed pairs a fine-tune with its pretraining; the denoising settings are the pretraining's.
+  for words, says in ((["--seed", "1"], "pass --seed 0"),
+                      (["--config.spt.mask_ratio=0.3"], "and 0.3 here")):
+    assert main([*common, *words]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and says in err, err
+  tune = [word if word != "latte" else "softmax" for word in common]
+  assert main(tune) == 2
+  assert "it pretrained mixer latte" in capsys.readouterr().err
   final = pretrained / "final.json"
   record = json.loads(final.read_text())
   final.write_text(json.dumps({**record, "status": "interrupted", "step": 4}))
@@ -261,3 +278,23 @@ def pretrain_and_fine_tune(task: str, data_dir, root) -> dict:
   final = json.loads((tune / "final.json").read_text())
   assert final["status"] == "complete" and final["pretrained"]["step"] >= 1
   return final
+
+
+def test_a_fine_tune_resumes_only_from_the_pretraining_it_loaded(pretrained, tmp_path):
+  from lra.runs import run_identity  # pylint: disable=import-outside-toplevel
+  from lra.runs.config_loading import preset_reference  # pylint: disable=import-outside-toplevel
+  stored = run_identity.read_config(pretrained / "config.json")
+  ours = run_identity.config_fingerprint(stored, preset_reference(stored))
+  tune = tmp_path / "tune"
+  tune.mkdir()
+  config = resolve_config("listops", "latte", "smoke", [f"spt.init_from={pretrained}"])
+  (tune / "config.json").write_text(json.dumps(config.to_dict()))
+  for loaded, refused in ((ours, False), ("0" * 8, True)):
+    (tune / "final.json").write_text(json.dumps({"pretrained": {"config_id": loaded,
+                                                                "run_dir": "elsewhere"}}))
+    if refused:
+      with pytest.raises(errors.Conflict, match="resume it with --init-from elsewhere"):
+        init_from.check_resumed(tune, pretrained)
+    else:
+      init_from.check_resumed(tune, pretrained)
+  init_from.check_resumed(tune, tmp_path / "gone")  # a pretraining not here any more: no conflict

@@ -22,6 +22,7 @@ from typing import Any
 
 from lra import errors
 from lra.report import run_summary
+from lra.report.table_rules import decimals
 from lra.runs import command
 
 LEDGER = Path("results/ledger.json")
@@ -132,7 +133,7 @@ def status(row: dict[str, Any], results_dir: Path) -> str:
     return "not started"
   if result.get("status") == "complete":
     test = result.get("test_accuracy")
-    return "complete" + (f": {100 * test:.2f}% test at the best val step" if test is not None
+    return "complete" + (f": {decimals(100 * test)}% test at the best val step" if test is not None
                          else "")
   return run_summary.state_text(result)
 

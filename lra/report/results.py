@@ -18,7 +18,10 @@ from typing import Any
 
 import pandas as pd
 
+import ml_collections
+
 from lra import errors
+from lra.models.build import tokens_seen
 from lra.report.table_rules import COMMITTED, YOURS
 from lra.runs.config_loading import preset_reference
 from lra.runs.run_identity import as_trained, config_fingerprint, flatten
@@ -164,11 +167,13 @@ def load_runs(results_dir: Path | str = "results", *, status: str | None = None)
       continue
     reference = preset_reference(config) if config else None
     row = {key: final.get(key) for key in FINAL_KEYS}
-    if row["tokens"] is None and row["seq_len"] is not None:  # runs from before "tokens"
-      row["tokens"] = int(row["seq_len"]) // int(config.get("model", {}).get("patch", 1)) ** 2
+    if row["tokens"] is None and row["seq_len"] is not None and config:  # from before "tokens"
+      row["tokens"] = tokens_seen(ml_collections.ConfigDict(config), int(row["seq_len"]))
     row.update(run=run_dir.name, variant=_SEED_SUFFIX.sub("", run_dir.name),
                run_dir=run_dir.relative_to(results_dir.parent).as_posix(),
-               config_id=config_fingerprint(config, reference), config=flatten(config),
+               config_id=config_fingerprint(config, reference,
+                                         start=(final.get("pretrained") or {}).get("config_id")),
+               config=flatten(config),
                state=_state(final, run_dir))
     rows.append(row)
   columns = [*FINAL_KEYS, "run", "variant", "run_dir", "config_id", "config", "state"]

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lra.runs import run_identity, run_lock
+from lra.report.table_rules import decimals
+from lra.runs import pack, run_identity, run_lock
 
 # The `synthetic` task's pass mark, on test accuracy at the best val step: every built-in mixer
 # that carries both ends to the CLS output reaches 100% in its 1,500 steps, those that do not stay
@@ -90,7 +91,7 @@ def state_text(final: Mapping[str, Any], run_dir: Path | None = None) -> str:
 
 def _pct(x: Any) -> str:
   x = number(x)
-  return "none" if x is None else f"{100 * x:.2f}%"
+  return "none" if x is None else f"{decimals(100 * x)}%"
 
 
 def number(x: Any) -> float | None:
@@ -146,13 +147,21 @@ def result_lines(result: Mapping[str, Any]) -> list[str]:
   if status == "interrupted":
     lines.append("  saved: the same command resumes it from this step")
   if denoising and result.get("run_dir"):
-    lines.append(f"  fine-tune: lra run {result['task']} {result['mixer']} --preset "
-                 f"{result['preset']} --init-from {result['run_dir']}"
-                 + ("" if status == "complete" else " --allow-partial"))
+    command = _fine_tune_command(Path(result["run_dir"]), partial=status != "complete")
+    if command:
+      lines.append(f"  fine-tune: {command}")
   verdict = synthetic_verdict(result)
   if verdict:
     lines.append("  " + verdict)
   return lines
+
+
+def _fine_tune_command(run_dir: Path, *, partial: bool) -> str | None:
+  """The command that fine-tunes from the pretraining run in `run_dir` (its config.json)."""
+  config_path = run_dir / "config.json"
+  if not config_path.is_file():
+    return None
+  return pack.fine_tune_command(run_identity.read_config(config_path), run_dir, partial=partial)
 
 
 def synthetic_verdict(result: Mapping[str, Any]) -> str | None:

@@ -32,7 +32,7 @@ from lra.configs import pathfinder as pathfinder_config
 # The shared rules, re-exported: callers read them as tables.LRA_TASKS etc.
 from lra.report.table_rules import (AVG_TASKS, CHANCE_MARGIN, COMMITTED,  # noqa: F401
                                     CPU_PRESETS, LRA_TASKS, YOURS, PROTOCOL_PRESETS, PUBLISHED,
-                                    RUN_SOURCES, STATISTICS, TASK_TITLES, group)
+                                    RUN_SOURCES, STATISTICS, TASK_TITLES, decimals, group)
 
 # Classes per LRA task, for the chance marks of published rows (ours carry their own).
 LRA_NUM_CLASSES = {"listops": 10, "text": 2, "retrieval": 2, "image": 10, "pathfinder": 2,
@@ -360,10 +360,11 @@ def cpu_reference(results_dir: Path) -> str:
   return (f"Reference on Pathfinder (not a sequence model): the dilated CNN of "
           f"`tools/pathfinder_probe.py`, on a hard 32x32 set generated as the preset's is "
           f"({probe['num_train']:,} training images), batch {probe['batch_size']}, on this CPU, "
-          f"had {100 * at_budget['test_accuracy']:.1f}% test after "
+          f"had {decimals(100 * at_budget['test_accuracy'], 1)}% test after "
           f"{at_budget['images_seen']:,} images (the laptop budget), first passed 55% after "
           + (f"{left['images_seen']:,} images ({left['epochs']:g} epochs)" if left else "none")
-          + f", and reached {100 * last['test_accuracy']:.1f}% after {last['epochs']:g} epochs "
+          + f", and reached {decimals(100 * last['test_accuracy'], 1)}% after "
+          f"{last['epochs']:g} epochs "
           f"({last['seconds'] / 3600:.1f} h; results/{PROBE_RUN.parent.as_posix()}).")
 
 

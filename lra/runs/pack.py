@@ -359,6 +359,38 @@ def resume_command(config: dict[str, Any], run_dir: Path) -> str | None:
   An own mixer whose file is not at its spec here (yet) cannot give the preset's block of its
   settings: every setting of its block is then named, which resumes the same run.
   """
+  from lra.runs import run_identity  # pylint: disable=import-outside-toplevel
+  words = _run_words(config)
+  if words is None:
+    return None
+  # A self-pretraining run resumes under `lra pretrain`, a fine-tune with the run it started from.
+  phase, ours = run_identity.phase(config), run_identity.flatten(config)
+  start = []
+  if phase == "spt":
+    start = ["--init-from", str(ours["spt.init_from"]),
+             *(["--allow-partial"] if ours.get("spt.allow_partial") else [])]
+  head, settings = words
+  return shlex.join(["lra", "pretrain" if phase == "pretrain" else "run", *head, "--run-dir",
+                     str(run_dir), *start, *settings])
+
+
+def fine_tune_command(config: dict[str, Any], run_dir: Path, *, partial: bool = False
+                      ) -> str | None:
+  """The `lra run` command that fine-tunes from the self-pretraining run of `config` in
+  `run_dir`: its task, mixer, preset, seed and settings (init_from.check asks for the same
+  encoder and seed), `--allow-partial` when the pretraining is unfinished. None as for
+  resume_command."""
+  words = _run_words(config)
+  if words is None:
+    return None
+  head, settings = words
+  return shlex.join(["lra", "run", *head, "--init-from", str(run_dir),
+                     *(["--allow-partial"] if partial else []), *settings])
+
+
+def _run_words(config: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+  """(`TASK MIXER --preset P [--seed N]`, its `--config.KEY=VALUE` settings) that name the run of
+  `config` as `lra run` resolves it; None when its task or preset is not here."""
   # pylint: disable=import-outside-toplevel
   from lra.runs import run_identity
   from lra.runs.config_loading import load_config, preset_reference
@@ -380,12 +412,6 @@ def resume_command(config: dict[str, Any], run_dir: Path) -> str | None:
           if key.startswith(run_identity.NOT_IDENTITY) and ours[key] != theirs[key]]
   settings = sorted({*run_identity.departures(config, reference), *block, *logs})
   seed = ours.get(run_identity.SEED_KEY, 0)
-  # A self-pretraining run resumes under `lra pretrain`, a fine-tune with the run it started from.
-  phase = run_identity.phase(config)
-  start = (["--init-from", str(ours["spt.init_from"])]
-           + (["--allow-partial"] if ours.get("spt.allow_partial") else [])) if phase == "spt" else []
-  argv = ["lra", "pretrain" if phase == "pretrain" else "run", config["task"],
-          source.get("spec") or mixer, "--preset", config["preset"],
-          *(["--seed", str(seed)] if seed else []), "--run-dir", str(run_dir), *start,
-          *(f"--config.{item}" for item in settings)]
-  return shlex.join(argv)
+  head = [config["task"], source.get("spec") or mixer, "--preset", config["preset"],
+          *(["--seed", str(seed)] if seed else [])]
+  return head, [f"--config.{item}" for item in settings]

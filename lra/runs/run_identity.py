@@ -101,14 +101,19 @@ def departures(config: Mapping[str, Any], reference: Mapping[str, Any]) -> list[
                 if ours[k] != theirs[k])
 
 
-def config_fingerprint(config: Mapping[str, Any], reference: Mapping[str, Any] | None) -> str:
-  """A short hash of (preset, departures, SPT phase): runs with equal fingerprints are seeds of
-  one experiment, and only those are averaged together. Without a reference (a preset that no
-  longer exists) every setting counts. A self-pretraining phase is another experiment than its
-  preset's run from scratch; runs from scratch keep the ids they had before SPT."""
+def config_fingerprint(config: Mapping[str, Any], reference: Mapping[str, Any] | None,
+                       start: str | None = None) -> str:
+  """A short hash of (preset, departures, SPT phase, `start`): runs with equal fingerprints are
+  seeds of one experiment, and only those are averaged together. Without a reference (a preset
+  that no longer exists) every setting counts. A self-pretraining phase is another experiment
+  than its preset's run from scratch; runs from scratch keep the ids they had before SPT.
+
+  `start`: a fine-tune's pretraining run's fingerprint (final.json's pretrained.config_id), so
+  that fine-tunes from differently pretrained encoders are never averaged as one experiment.
+  """
   settings = (departures(config, reference) if reference is not None else
               sorted(f"{k}={_text(v)}" for k, v in _own_settings(config).items()))
-  key = json.dumps([config.get("preset"), settings, *filter(None, [phase(config)])])
+  key = json.dumps([config.get("preset"), settings, *filter(None, [phase(config), start])])
   return hashlib.sha256(key.encode()).hexdigest()[:8]
 
 

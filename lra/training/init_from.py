@@ -48,23 +48,27 @@ def read(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
   return config, final
 
 
+# The pretraining's own settings a fine-tune's config carries, so that its config.json says how its
+# start was made: the seed pairs them (pretraining seed N, fine-tune seed N) and the denoising
+# settings are the pretraining's, not choices of the fine-tune.
+PAIRED_KEYS = (run_identity.SEED_KEY, "spt.mask_ratio", "spt.loss", "spt.pixel_levels")
+
+
 def check(config: Mapping[str, Any], run_dir: Path) -> None:
-  """Refuses a fine-tune `config` whose encoder is not the pretraining run's, or an unfinished
-  pretraining run unless spt.allow_partial. One line, both values named."""
+  """Refuses a fine-tune `config` whose encoder, seed or denoising settings are not the
+  pretraining run's, or an unfinished pretraining run unless spt.allow_partial. One line, both
+  values named, and the command that mends it."""
   pretrained, final = read(run_dir)
   ours, theirs = run_identity.flatten(config), run_identity.flatten(pretrained)
   mixer = ours.get("model.mixer")
-  keys = ["task", "model.mixer", "mixer_source.sha256"]
+  keys = ["task", "model.mixer", "mixer_source.sha256", *PAIRED_KEYS]
   keys += sorted(k for k in ours.keys() | theirs.keys() if k.startswith("model.")
-                 and k.split(".", 1)[1] not in FREE_MODEL_KEYS)
+                 and k.split(".", 1)[1] not in FREE_MODEL_KEYS and k != "model.mixer")
   keys += sorted(k for k in ours.keys() | theirs.keys() if k.startswith(f"mixers.{mixer}.")
                  and k.rsplit(".", 1)[1] not in FREE_MIXER_KEYS)
   for key in keys:
     if ours.get(key) != theirs.get(key):
-      raise errors.BadValue(
-          f"--init-from {run_dir}: {key} is {theirs.get(key)!r} there and {ours.get(key)!r} here; "
-          f"a fine-tune builds the pretrained encoder (pass --config.{key}={theirs.get(key)}, or "
-          "pretrain with this setting)")
+      raise errors.BadValue(f"--init-from {run_dir}: {_mismatch(key, theirs, ours)}")
   status = final.get("status")
   if status != "complete" and not ours.get("spt.allow_partial"):
     raise errors.BadValue(
@@ -72,6 +76,57 @@ def check(config: Mapping[str, Any], run_dir: Path) -> None:
         f"{final.get('num_steps')}; finish it (the same `lra pretrain` command resumes it), or "
         f"pass --allow-partial to start from its best checkpoint so far (step "
         f"{final.get('best_step')})")
+
+
+def check_resumed(run_dir: Path, init_dir: Path) -> None:
+  """Refuses to resume the fine-tune in `run_dir` when --init-from names another pretraining run
+  than the one it loaded (final.json's pretrained.config_id, and its seed: the fine-tune's own):
+  the command would say one start and the run hold another. A pretraining folder that is not
+  here any more is no conflict."""
+  run_dir, init_dir = Path(run_dir), Path(init_dir)
+  if not all((d / name).is_file() for d, name in ((run_dir, "final.json"), (run_dir, "config.json"),
+                                                   (init_dir, "config.json"))):
+    return
+  loaded = json.loads((run_dir / "final.json").read_text()).get("pretrained") or {}
+  if not loaded.get("config_id"):
+    return
+  pretrained = run_identity.read_config(init_dir / "config.json")
+  named = (run_identity.config_fingerprint(pretrained, preset_reference(pretrained)),
+           run_identity.flatten(pretrained).get(run_identity.SEED_KEY))
+  started = (loaded["config_id"], run_identity.flatten(
+      run_identity.read_config(run_dir / "config.json")).get(run_identity.SEED_KEY))
+  if named != started:
+    raise errors.Conflict(
+        f"{run_dir} is a fine-tune from {loaded.get('run_dir')} (config {started[0]}, seed "
+        f"{started[1]}), not from --init-from {init_dir} (config {named[0]}, seed {named[1]}); "
+        f"resume it with --init-from {loaded.get('run_dir')}, or pass --run-dir for a new "
+        "fine-tune")
+
+
+def _mismatch(key: str, theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> str:
+  """Why a fine-tune cannot start from the pretraining run: `key` differs, said for its kind."""
+  there, here = theirs.get(key), ours.get(key)
+  pretrain = (f"lra pretrain {ours.get('task')} {ours.get('model.mixer')} --preset "
+              f"{ours.get('preset')}")
+  if key == "task":
+    return (f"it pretrained on {there}, this fine-tune is on {here}; pretrain on {here} first "
+            f"({pretrain})")
+  if key == "model.mixer":
+    return (f"it pretrained mixer {there}, this fine-tune builds {here}; fine-tune {there} from "
+            f"it, or pretrain {here} first ({pretrain})")
+  if key == "mixer_source.sha256":
+    return ("its own mixer's file is not the one this fine-tune loads (the sha256 of its source "
+            "differs: edited since?); pretrain with this file first, or restore the file it used")
+  if there is None or here is None:
+    side = "this suite's config" if there is None else "its config"
+    return (f"{key} is absent from {side} (another version of the suite wrote the other); "
+            f"pretrain again with this version ({pretrain})")
+  if key == run_identity.SEED_KEY:
+    return (f"it was pretrained with seed {there}, this fine-tune has seed {here}; a fine-tune "
+            f"takes its pretraining's seed (pass --seed {there}), or pretrain with --seed {here}")
+  return (f"{key} is {there!r} there and {here!r} here; a fine-tune builds the pretrained encoder "
+          f"and records how it was pretrained (pass --config.{key}={there}, or pretrain with this "
+          "setting)")
 
 
 def _best_variables(run_dir: Path) -> tuple[int, dict[str, Any]]:
