@@ -92,6 +92,8 @@ def test_the_noise_is_the_examples_own_whatever_the_batch():
   together = example_noise(np.array([5, 9]), 64, seed=1, step=4)
   assert np.array_equal(example_noise(np.array([9]), 64, seed=1, step=4)[0], together[1])
   assert not np.array_equal(example_noise(np.array([9]), 64, seed=1, step=5)[0], together[1])
+  # A batch cut to its longest real row hides what the uncut batch hid in those positions.
+  assert np.array_equal(example_noise(np.array([9]), 20, seed=1, step=4)[0], together[1, :20])
   # Evaluation (no step) draws the same noise every time.
   assert np.array_equal(example_noise(np.array([9]), 64, 1, None),
                         example_noise(np.array([9]), 64, 1, None))

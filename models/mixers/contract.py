@@ -209,10 +209,19 @@ class MixerContract:
   def dtype(self):
     # The encoder adds y to x: a y of another dtype (float16 from float32, say) would change the
     # residual stream's precision (or, from bfloat16, its memory) without anyone asking for it.
-    y, _ = jax.eval_shape(lambda a, m: self.module.init_with_output(
-        jax.random.PRNGKey(0), a, m, deterministic=True)[0], self.x, self.mask)
-    same = y.dtype == self.x.dtype
-    return same, (f"y {y.dtype} for x {self.x.dtype}" + ("" if same else
+    # Both dtypes a run computes in (model.dtype), as the encoder runs a mixer under bfloat16:
+    # its parameters cast to bfloat16 too (models/encoder.py, Encoder._block_class).
+    variables = jax.eval_shape(lambda a, m: self.module.init(
+        jax.random.PRNGKey(0), a, m, deterministic=True), self.x, self.mask)
+    found = []
+    for dtype in (self.x.dtype, jnp.dtype(jnp.bfloat16)):
+      cast = jax.tree.map(lambda a, d=dtype: jax.ShapeDtypeStruct(
+          a.shape, d if jnp.issubdtype(a.dtype, jnp.floating) else a.dtype), variables["params"])
+      y, _ = jax.eval_shape(lambda v, a, m: self.module.apply(v, a, m, deterministic=True),
+                            {**variables, "params": cast}, self.x.astype(dtype), self.mask)
+      found.append((dtype, y.dtype))
+    same = all(x == y for x, y in found)
+    return same, (", ".join(f"y {y} for x {x}" for x, y in found) + ("" if same else
                   ": a mixer returns x's dtype (compute in another inside if you must, and cast "
                   "back: y.astype(x.dtype))"))
 

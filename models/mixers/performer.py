@@ -112,6 +112,8 @@ class PerformerMixer(nn.Module):
         layer = zlib.crc32("/".join(self.scope.path).encode())
         key = jax.random.fold_in(jax.random.PRNGKey(self.seed), layer)
       features = orthogonal_features(key, self.num_features, head_dim)
-    y = performer_attention(q, k, v, mask, features, self.kernel)
+    # The random features stay float32 under bfloat16 (exp of a sum of head_dim products is where
+    # 8 bits of mantissa hurt), so the kernel computes in float32; back to x's dtype after it.
+    y = performer_attention(q, k, v, mask, features, self.kernel).astype(x.dtype)
     y = nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(y)
     return y, carry

@@ -136,7 +136,8 @@ def example_noise(indices: np.ndarray, seq_len: int, seed: int, step: int | None
   """[n, seq_len] float32 uniform in [0, 1): each row a function of (seed, step, the example's
   index, which of its sequences) alone, whatever batch, padding or device it lands in. Training
   steps draw anew at each step; evaluation (step None) draws the same noise every time, so every
-  evaluation of a split hides the same tokens."""
+  evaluation of a split hides the same tokens. A row is one stream: its first T values are the
+  same whatever seq_len is drawn, so a batch cut to its longest real row draws only that many."""
   where = [0, step] if step is not None else [1]
   return np.stack([np.random.default_rng([seed, *where, sequence, int(i)]).random(
       seq_len, np.float32) for i in indices]) if len(indices) else np.zeros((0, seq_len),
@@ -174,9 +175,9 @@ def make_batch(arrays: Mapping[str, np.ndarray], indices: np.ndarray, spec: Task
         batch["mask" + suffix] = np.ones(rows.shape, dtype=bool)
       else:
         batch["mask" + suffix] = rows != spec.pad_id
-      if noise is not None:
-        batch["noise" + suffix] = example_noise(indices, spec.seq_len, *noise,
-                                                sequence=int(suffix or 0))[:, :length]
+      if noise is not None:  # a row's first T draws are the same whatever T (one stream)
+        batch["noise" + suffix] = example_noise(indices, rows.shape[1], *noise,
+                                                sequence=int(suffix or 0))
   weight = np.ones(num_rows, dtype=np.float32)
   weight[real:] = 0.0
   batch["weight"] = weight
