@@ -698,6 +698,26 @@ def test_sweep_spt_plans_each_pretraining_before_its_fine_tune_and_chains_the_ar
     assert f"--config.train.seed={seed} " in b
 
 
+def test_a_sweep_starts_no_fine_tune_from_an_unfinished_pretraining(tmp_path, capsys):
+  """Each fine-tune follows its own pretraining (its folder), not any of the same (task, mixer,
+  seed): with a grid, two pretrainings share those. A diverged one stops its fine-tune only."""
+  res = tmp_path / "res"
+  jobs = sweep.plan(["listops"], ["latte"], [0], preset="smoke", results_dir=res, data_dir=None,
+                    spt=True, grid=["model.dropout=0.0,0.1"])
+  assert [j.phase for j in jobs] == ["pretrain", "spt"] * 2
+  bad, good = jobs[0].run_dir, jobs[2].run_dir
+  for folder, status in ((bad, "diverged"), (good, "complete")):
+    folder.mkdir(parents=True)
+    (folder / "final.json").write_text(json.dumps({"status": status}))
+  jobs = sweep.plan(["listops"], ["latte"], [0], preset="smoke", results_dir=res, data_dir=None,
+                    spt=True, grid=["model.dropout=0.0,0.1"])
+  assert [j.after for j in jobs[1::2]] == [bad, good]
+  failed = sweep.run_jobs(jobs, python="true")  # `true` stands in for every started command
+  assert failed == [jobs[1]]
+  err = capsys.readouterr().err
+  assert f"its pretraining {bad} is diverged" in err and "not started" in err
+
+
 def test_sweep_and_the_ledger_leave_the_same_runs_stopped(tmp_path):
   """One meaning of stopped: a diverged or failed run is skipped by `lra sweep` as the ledger of
   paper rows skips it (rerunning would end it the same way)."""

@@ -57,6 +57,7 @@ class Job:
   mixer_key: str = ""  # the name its config block has (an outside mixer's class name)
   data_missing: str | None = None  # how to make its data, when it is not prepared
   phase: str = ""  # "" (from scratch) | "pretrain" | "spt" (its fine-tune), run_identity.phase
+  after: Path | None = None  # a fine-tune's pretraining run folder (its --init-from)
 
   @property
   def pending(self) -> bool:
@@ -137,21 +138,27 @@ def _job(task: str, mixer: str, seed: int, preset: str, config, run_dir: Path,
   missing = hint and (f"no prepared data at "
                       f"{data_cache_dir(config, data_dir or default_data_dir())}: {hint}")
   return Job(task, mixer, seed, run_dir, run_state(run_dir), tuple(argv), config.model.mixer,
-             missing, phase)
+             missing, phase, init_from)
 
 
 def run_jobs(jobs: Sequence[Job], python: str = sys.executable) -> list[Job]:
   """Runs the pending jobs one after another in fresh processes; returns the ones that failed.
-  A fine-tune whose pretraining failed here is not started (it would be refused)."""
-  failed = []
-  for job in (j for j in jobs if j.pending):
-    if job.phase == "spt" and any(f.phase == "pretrain" and (f.task, f.mixer, f.seed) ==
-                                  (job.task, job.mixer, job.seed) for f in failed):
+  A fine-tune whose pretraining did not complete (failed, diverged, or stopped before its last
+  step) is not started: it would be refused, so it counts as failed, with a line saying why."""
+  failed, unfinished = [], {}  # unfinished: pretraining folder -> its state
+  for job in jobs:
+    if job.phase == "spt" and job.after in unfinished:
+      print(f"lra sweep: not started: {job.command()}  [its pretraining {job.after} is "
+            f"{unfinished[job.after]}]", file=sys.stderr, flush=True)
       failed.append(job)
       continue
-    print(f"lra sweep: {job.command()}  [{job.state}]", file=sys.stderr, flush=True)
-    if subprocess.run([python, "-m", "lra", *job.argv]).returncode != 0:
-      failed.append(job)
+    if job.pending:
+      print(f"lra sweep: {job.command()}  [{job.state}]", file=sys.stderr, flush=True)
+      if subprocess.run([python, "-m", "lra", *job.argv]).returncode != 0:
+        failed.append(job)
+    state = run_state(job.run_dir)
+    if job.phase == "pretrain" and state != "complete":
+      unfinished[job.run_dir] = state
   return failed
 
 
