@@ -45,9 +45,11 @@ def test_progress_and_the_next_row_come_from_run_folders(tmp_path):
   final = {"status": "interrupted", "step": 31250, "num_steps": 75000, "best_step": 30000,
            "test_accuracy": 0.3755}
   (folder / "final.json").write_text(json.dumps(final))
-  assert ledger.status(first, tmp_path) == ("in progress: step 31,250 of 75,000, best so far "
-                                            "37.55% test at the best val step 30,000")
-  assert run_summary.state_text({**final, "best_step": -1, "test_accuracy": None}) == (
+  # Interrupted: sealed and resumable, so stopped (its loan ended), not in progress.
+  assert ledger.status(first, tmp_path).startswith(
+      "stopped at step 31,250 of 75,000, best so far 37.55% test at the best val step 30,000")
+  assert run_summary.state_text({**final, "status": "running", "best_step": -1,
+                                 "test_accuracy": None}) == (
       "in progress: step 31,250 of 75,000, no evaluation yet")
   (folder / "final.json").write_text(json.dumps({**final, "status": "complete"}))
   assert ledger.first_unfinished(ROWS, tmp_path) == second

@@ -18,7 +18,7 @@ import pytest
 from lra.runs.config_loading import data_cache_dir, load_data, resolve_config
 from lra import run
 from lra.machine import stop_after
-from lra.tasks.contract.batches import eval_batches, train_batches
+from lra.tasks.contract.batches import Batching, eval_batches, train_batches
 from lra.tasks.contract.cache import PreparedData
 from lra.runs.writers import read_metrics
 
@@ -290,7 +290,6 @@ def test_a_bad_peer_timeout_says_what_to_set(monkeypatch):
 def test_two_processes_train_sorted_micro_batches_as_one(data_dir, compile_cache, tmp_path):
   """Sorted micro-batches over two hosts: each global batch is sorted and cut before it is
   shared, every process reads its half of every micro-batch, and the run equals one process's."""
-  from lra.training import train
   from lra.tasks.contract.batches import step_batches
   overrides = [*OVERRIDES, "data.padding=sorted", "data.pad_quantum=16",
                "train.grad_accum_steps=2"]
@@ -310,7 +309,7 @@ def test_two_processes_train_sorted_micro_batches_as_one(data_dir, compile_cache
   config = resolve_config("listops", "softmax", "smoke", overrides)
   data = PreparedData(data_cache_dir(config, data_dir))
   stream = step_batches(data.split("train"), data.spec, 16, config.train.seed,
-                        batching=train.batching_of(config))
+                        batching=Batching.of(config))
   reads = [[r for r in _probe(logs, index) if r["kind"] == "train"] for index in (0, 1)]
   assert len(reads[0]) == len(reads[1]) == 8
   for first, second in zip(*reads):

@@ -264,9 +264,8 @@ def _compiled_step(s, state, batches: list[dict[str, Any]], config, spec):
   nothing waits between them, as in the runner."""
   import jax
   import numpy as np
-  from lra.training import train
-  from lra.tasks.contract.batches import split_batch
-  batching = train.batching_of(config)
+  from lra.tasks.contract.batches import Batching, split_batch
+  batching = Batching.of(config)
   rows = config.train.batch_size
   if batching.micro_batches == 1 and not batching.sorts:
     placed = [s.put(batch, rows) for batch in batches]

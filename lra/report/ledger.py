@@ -116,8 +116,7 @@ def programs(row: dict[str, Any]) -> int:
   evaluation (one each at fixed padding)."""
   from lra.tasks.contract.batches import Batching  # pylint: disable=import-outside-toplevel
   config = command.run_config(run_args(row))
-  batching = Batching(padding=config.data.padding, quantum=config.data.pad_quantum)
-  return 2 * batching.programs(row["spec"]["seq_len"])
+  return 2 * Batching.of(config).programs(row["spec"]["seq_len"])
 
 
 def loan_minutes(row: dict[str, Any], kind: str) -> float:

@@ -217,14 +217,6 @@ class Setup:
     return NamedSharding(self.mesh, P())
 
 
-def batching_of(config: ml_collections.ConfigDict) -> Batching:
-  """How this run shapes its batches (config.data.padding, pad_quantum, bucketing) and cuts them
-  into micro-batches (config.train.grad_accum_steps)."""
-  d = config.data
-  return Batching(padding=d.padding, quantum=d.pad_quantum, bucketing=d.bucketing,
-                  micro_batches=config.train.grad_accum_steps)
-
-
 def setup(config: ml_collections.ConfigDict, spec: TaskSpec, *, training: bool = True) -> Setup:
   """Checks the batch sizes against the devices, then builds the model and its steps.
 
@@ -232,7 +224,7 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec, *, training: bool =
   when batches are padded to less: a shorter batch reads the first rows of those parameters.
   `training=False` (lra eval, benchmarks of evaluation) skips the checks of training's batches.
   """
-  batches = batching_of(config)
+  batches = Batching.of(config)
   batches.check(spec.seq_len)
   if training:
     check_batchnorm(config, batches)
@@ -473,7 +465,7 @@ class RunFiles:
         "examples_seen": step * config.train.batch_size, "seq_len": spec.seq_len,
         "tokens": tokens_seen(config, spec.seq_len),
         "data": data_record(self.data.meta),
-        "dtype": config.model.dtype, "batching": dataclasses.asdict(batching_of(config)),
+        "dtype": config.model.dtype, "batching": dataclasses.asdict(Batching.of(config)),
         "stop_reason": stop_reason, **self.context,
     }
     if "val/loss" in book.best_val:  # the held-out loss of the best evaluation (denoising's)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +51,14 @@ class Batching:
   quantum: int = 128
   bucketing: bool = False
   micro_batches: int = 1
+
+  @classmethod
+  def of(cls, config: Any) -> Batching:
+    """A run's batching from its resolved config: data.padding, pad_quantum and bucketing, and
+    train.grad_accum_steps as the micro-batches."""
+    d = config.data
+    return cls(padding=d.padding, quantum=d.pad_quantum, bucketing=d.bucketing,
+               micro_batches=config.train.grad_accum_steps)
 
   def check(self, seq_len: int) -> None:
     """Raises ValueError with the fix for settings that cannot work for a task of length T."""
