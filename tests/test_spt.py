@@ -300,3 +300,10 @@ def test_a_fine_tune_resumes_only_from_the_pretraining_it_loaded(pretrained, tmp
     else:
       init_from.check_resumed(tune, pretrained)
   init_from.check_resumed(tune, tmp_path / "gone")  # a pretraining not here any more: no conflict
+
+
+def test_predictions_of_a_pretraining_run_are_refused_in_one_line(pretrained, tmp_path, capsys):
+  assert main(["eval", str(pretrained), "--predictions", str(tmp_path / "p.npy")]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and "self-pretraining run" in err, err
+  assert not (tmp_path / "p.npy").exists()

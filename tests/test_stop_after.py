@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lra.machine import stop_after
+from lra.tasks.contract.batches import Batching
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -225,3 +226,19 @@ def test_programs_not_yet_compiled_are_budgeted_and_their_steps_are_not_typical(
   assert deadline.step_s() == 1.0  # the compiling steps left out
   assert costs[1] - costs[-1] == pytest.approx(30.0)  # two lengths left, then none
   assert deadline.programs_left == 0
+
+
+def test_sorted_micro_batches_budget_a_compile_per_micro_batch():
+  """Sorted padding pads each of a step's k micro-batches to its own length: the next step may
+  compile k programs (no more than are left), and one step that met three is counted as three."""
+  schedule = stop_after.Schedule(num_steps=1000, eval_every=500, checkpoint_every=500,
+                                 log_every=1)
+  deadline = stop_after.Deadline(1000.0, schedule, started=0.0, clock=Script(0.0))
+  deadline.programs(6, compile_s=30.0, per_step=4)
+  deadline.start(0)
+  before = deadline.next_cost_s(1)  # 4 of the 5 left budgeted
+  deadline.compiled(1, 3)  # 5 left -> 2: at most 2 next time
+  assert deadline.programs_left == 2
+  assert before - deadline.next_cost_s(1) == pytest.approx(2 * 30.0)
+  assert Batching(padding="sorted", micro_batches=4).programs_per_step == 4
+  assert Batching(padding="batch", micro_batches=4).programs_per_step == 1

@@ -135,7 +135,7 @@ def _unfinished(runs: list[TableRun]) -> list[TableRun]:
 
 def _held(folder: Path) -> bool:
   """Whether a live `lra run` holds the folder (a killed worker's stale lock does not count)."""
-  return (folder / "lock").exists() and run_lock.RunDirLock(folder, take=False).held()
+  return run_lock.RunDirLock(folder, take=False).held()
 
 
 def work(runs: list[TableRun], core: int | None, stop_after: float) -> int:

@@ -21,10 +21,10 @@ def _ours(filename: str) -> bool:
     return True
   if path.startswith(_SUITE):
     return True
-  # A checkout's own folders (tasks/, models/, configs/) are the suite's; its tools/ and tests/
-  # and a user's folder beside them are not.
+  # A checkout's own folders (tasks/, models/, configs/, and the scripts of tools/) are the
+  # suite's; its tests/ (which stand in for users) and a user's folder beside them are not.
   relative = os.path.relpath(path, _REPOSITORY)
-  return relative.split(os.sep)[0] in ("tasks", "models", "configs")
+  return relative.split(os.sep)[0] in ("tasks", "models", "configs", "tools")
 
 
 def user_frame(error: BaseException) -> traceback.FrameSummary | None:

@@ -16,8 +16,9 @@ Durations are measured as the run goes, per kind of step; what has not been seen
 high (an evaluation before the first one: a step like the first plus its batches at the train
 step's cost). Each batch length compiles its own program (per-batch and sorted padding: up to
 ceil(T / pad_quantum) of them), the first when the step runs: while programs are left to meet,
-the next step is budgeted one compile more, and a step that compiled one is kept out of the
-step average. The host may dispatch steps ahead of the device, so the steps since the last log
+the next step is budgeted a compile more per micro-batch (sorted padding cuts a batch into k,
+each of its own length; at most the programs left), and a step that compiled any is kept out of
+the step average. The host may dispatch steps ahead of the device, so the steps since the last log
 point (where the loop waits for the device) count as still to be paid. With several processes a
 stop request rides on the next step's batch and is read one step late (lra.training.train), so two
 more steps run after the deadline asks: `lag=2` budgets them.
@@ -123,6 +124,7 @@ class Deadline:
     self._synced = 0  # the last step at which the host waited for the device
     self.compile_s = 0.0  # one training program's compile (the first, timed before the loop)
     self.programs_left = 0  # training programs the run may still meet (batch lengths not seen)
+    self.per_step = 1  # the most a step can meet: its micro-batches, each padded to its own
     self._compiled: set[int] = set()  # steps that compiled a program: not a typical step
     self.reason = f"--stop-after {self.limit_s:g} s"
 
@@ -138,14 +140,16 @@ class Deadline:
         return seconds / count
     return self.unseen_s if self.first_s is None else self.first_s
 
-  def programs(self, count: int, compile_s: float) -> None:
+  def programs(self, count: int, compile_s: float, per_step: int = 1) -> None:
     """The run will meet up to `count` training programs (its first compiled already, in
-    `compile_s`): each other one costs its first step about as much again."""
+    `compile_s`), up to `per_step` in one step (its micro-batches, each of its own length):
+    each other one costs the step that meets it about as much again."""
     self.programs_left, self.compile_s = max(count - 1, 0), compile_s
+    self.per_step = max(per_step, 1)
 
-  def compiled(self, step: int) -> None:
-    """Step `step` met a batch length not seen before: it compiled a program."""
-    self.programs_left = max(self.programs_left - 1, 0)
+  def compiled(self, step: int, count: int = 1) -> None:
+    """Step `step` met `count` batch lengths not seen before: it compiled that many programs."""
+    self.programs_left = max(self.programs_left - count, 0)
     self._compiled.add(step)
 
   def _record(self, step: int, took: float) -> None:
@@ -198,8 +202,8 @@ class Deadline:
       elif saves:
         cost += save_s
     unpaid = step - self._synced  # dispatched since the device last caught up
-    # The next step may meet a batch length not compiled yet.
-    cost += self.compile_s if self.programs_left else 0.0
+    # The next step may meet batch lengths not compiled yet: one per micro-batch at most.
+    cost += self.compile_s * min(self.per_step, self.programs_left)
     # The stop: the steps the device has not run yet, a save, its write finishing.
     return cost + unpaid * step_s + 2 * save_s + MARGIN_S
 

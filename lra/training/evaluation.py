@@ -57,6 +57,10 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
     raise errors.NotFound(f"{run_dir} is not a run directory (no config.json). Run folders are "
                           "results/runs/<task>/<mixer>/<run>/.")
   config = ml_collections.ConfigDict(run_identity.read_config(config_path))
+  if predictions is not None and run_identity.phase(config) == "pretrain":
+    raise errors.BadValue(f"--predictions: {run_dir} is a self-pretraining run: it predicts "
+                          "hidden token values, not classes; pass its fine-tune's folder, or "
+                          "drop --predictions to score its denoising")
   data = load_data(config, data_dir or default_data_dir())
   if split not in data.meta["splits"]:
     raise errors.BadValue(f"--split must be one of {', '.join(data.meta['splits'])}, got {split!r}")

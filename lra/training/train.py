@@ -601,7 +601,8 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
       late = deadline.before_training(step, 0.0, compile_s, "JAX, the data, compiling")
       if _anyone(late is not None):
         return untrained(late)
-      deadline.programs(s.batching.programs(data.spec.seq_len), compile_s)
+      deadline.programs(s.batching.programs(data.spec.seq_len), compile_s,
+                        per_step=s.batching.programs_per_step)
       deadline.start(step)
     throughput.restart()  # compiling (check_fits) is not training speed
     bar.start()
@@ -611,7 +612,7 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
       micro = next(stream)  # the step's batch: its k micro-batches, this process's rows of each
       lengths = {next(v.shape[1] for k, v in batch.items() if k.startswith("inputs"))
                  for batch in micro}
-      new_program, lengths_met = bool(lengths - lengths_met), lengths_met | lengths
+      new_programs, lengths_met = len(lengths - lengths_met), lengths_met | lengths
       if agree:
         for batch in micro:
           batch["stop"] = np.full(len(batch["label"]), stop.requested, np.int32)
@@ -658,8 +659,8 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
           bar.message(_eval_line(step, metrics, book, s.objective))
       if step % config.checkpoint.every_steps == 0 or step == tc.num_steps:
         save(step, window)
-      if deadline is not None and new_program:
-        deadline.compiled(step)
+      if deadline is not None and new_programs:
+        deadline.compiled(step, new_programs)
       if deadline is not None and deadline.should_stop(step) and not stop.requested:
         stop.requested, stop.signal_name = True, deadline.reason
       requested = (bool(jax.device_get(previous_flag)) if previous_flag is not None

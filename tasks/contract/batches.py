@@ -89,6 +89,12 @@ class Batching:
     return 1 if self.padding == "fixed" else math.ceil(seq_len / self.quantum)
 
   @property
+  def programs_per_step(self) -> int:
+    """The most new programs one training step can meet: sorted padding pads each of its k
+    micro-batches to its own length; the other paddings pad a step's micro-batches alike."""
+    return self.micro_batches if self.sorts else 1
+
+  @property
   def sorts(self) -> bool:
     """Whether batches are ordered by length: sorted micro-batches, and evaluation with them."""
     return self.padding == "sorted"
