@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import statistics
 import sys
 import time
@@ -25,7 +24,8 @@ import numpy as np
 
 from lra import errors
 from lra.bench import reference_layers as refs
-from lra.bench.common import compiled_flops, device_name, recorded_command, write_block
+from lra.bench.common import (compiled_flops, device_name, recorded_command, write_block,
+                              write_outputs)
 from lra.machine import memory
 from lra.runs import writers
 
@@ -372,12 +372,7 @@ def main(args, overrides: Sequence[str]) -> int:
   report = make_report(command, sha, records)
   text = markdown(report)
   print(text)
-  if args.json:
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
-  if args.md:
-    Path(args.md).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.md).write_text(text)
+  write_outputs(report, text, json_path=args.json, md_path=args.md)
   if args.readme:
     write_block(args.readme, report, args.json, DOC_MARKERS, doc_block)
   return 0 if all(r["status"] == "ok" or r["status"].startswith("not run") for r in records) else 1

@@ -4,6 +4,7 @@ the splicing of a generated block into a page.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -13,6 +14,20 @@ from typing import Any
 import jax
 
 from lra.runs import writers
+
+
+def write_outputs(report: Any, text: str, *, json_path: Path | None, md_path: Path | None,
+                  plot_path: Path | None = None, plot: Callable[[Any, Path], None] | None = None
+                  ) -> None:
+  """A measurement's files, each where the command was told (folders made): the records as JSON,
+  the Markdown `text`, and the figure `plot(report, plot_path)` draws."""
+  for path, body in ((json_path, json.dumps(report, indent=1) + "\n"), (md_path, text)):
+    if path:
+      Path(path).parent.mkdir(parents=True, exist_ok=True)
+      Path(path).write_text(body)
+  if plot_path and plot is not None:
+    Path(plot_path).parent.mkdir(parents=True, exist_ok=True)
+    plot(report, Path(plot_path))
 
 
 def device_name(device: jax.Device) -> str:

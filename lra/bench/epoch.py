@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import os
 import re
 import statistics
@@ -30,7 +29,7 @@ import numpy as np
 from lra import errors
 from lra.runs import writers
 from lra.training import train
-from lra.bench.common import compiled_flops, device_name, recorded_command
+from lra.bench.common import compiled_flops, device_name, recorded_command, write_outputs
 from lra.runs.config_loading import default_data_dir, load_data, resolve_config
 from lra.models.build import execution_path
 from lra.tasks.contract.batches import Batching, epoch_plan, example_lengths, make_batch
@@ -310,8 +309,5 @@ def main(args, overrides: Sequence[str]) -> int:
                          full=args.full_epoch, log=log) for mixer in mixers]
   text = "\n".join(markdown(r, command, sha) for r in results)
   print(text)
-  for path, body in ((args.json, json.dumps(results, indent=1) + "\n"), (args.md, text)):
-    if path:
-      Path(path).parent.mkdir(parents=True, exist_ok=True)
-      Path(path).write_text(body)
+  write_outputs(results, text, json_path=args.json, md_path=args.md)
   return 0

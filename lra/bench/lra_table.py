@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import datetime
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 from lra import errors
 from lra.bench import step_time
-from lra.bench.common import recorded_command, write_block
+from lra.bench.common import recorded_command, write_block, write_outputs
 from lra.configs.common import lra_reformer_chunk
 from lra.runs import writers
 
@@ -236,13 +235,8 @@ def main(args, overrides: Sequence[str]) -> int:
             **({"plot": writers.portable(str(args.plot))} if args.plot else {})}
   text = markdown(report)
   print(text)
-  for path, content in ((args.json, json.dumps(report, indent=1) + "\n"), (args.md, text)):
-    if path:
-      Path(path).parent.mkdir(parents=True, exist_ok=True)
-      Path(path).write_text(content)
-  if args.plot:
-    Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
-    plot(report, Path(args.plot))
+  write_outputs(report, text, json_path=args.json, md_path=args.md, plot_path=args.plot,
+                plot=plot)
   if args.readme:
     write_block(args.readme, report, args.json, DOC_MARKERS, doc_block)
   return 0

@@ -26,7 +26,7 @@ from lra import errors
 from lra.machine import memory
 from lra.runs import writers
 from lra.training import optim
-from lra.bench.common import compiled_flops, device_name, recorded_command
+from lra.bench.common import compiled_flops, device_name, recorded_command, write_outputs
 from lra.runs.config_loading import mixer_label, resolve_config
 from lra.machine.isolated import call_isolated, call_logged, out_of_memory
 from lra.models.build import build_model, execution_path
@@ -397,7 +397,6 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
 
 def main(args, overrides: Sequence[str]) -> int:
   """`lra bench`: prints one line per record, then the Markdown table; writes what was asked."""
-  import json
   mixers = args.mixers.split(",") if args.mixers else all_mixers()
   lengths = parse_lengths(args.lengths) if args.lengths else list(DEFAULT_LENGTHS)
   command = recorded_command()
@@ -415,13 +414,8 @@ def main(args, overrides: Sequence[str]) -> int:
   sha = writers.git_sha()  # before this command writes tracked files (they would read -dirty)
   table = markdown(records, command, sha)
   print(table)
-  for path, text in ((args.json, json.dumps(records, indent=1) + "\n"), (args.md, table)):
-    if path:
-      Path(path).parent.mkdir(parents=True, exist_ok=True)
-      Path(path).write_text(text)
-  if args.plot:
-    Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
-    plot(records, Path(args.plot))
+  write_outputs(records, table, json_path=args.json, md_path=args.md, plot_path=args.plot,
+                plot=plot)
   if args.readme:
     from lra.report import tables
     # The link is read from the page's own folder (docs/performance.md -> ../results/bench/...).
