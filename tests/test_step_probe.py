@@ -75,3 +75,16 @@ def test_quick_probe_runs_every_variant_as_a_phase_of_the_check(tmp_path):
   checked = json.loads((tmp_path / "report.json").read_text())
   assert list(checked["phases"]) == ["steps"] and checked["phases"]["steps"]["status"] == "done"
   assert "## steps: done" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.slow  # twenty tiny isolated records (~2 min): before a loan, docs/accelerators.md
+def test_quick_probe_carries_the_lra_table_to_the_device(tmp_path):
+  assert probe.main(["--quick", "--variants", "baseline", "--lra-table", "--out", str(tmp_path),
+                     "--budget-s", "900"]) == 0
+  report = json.loads((tmp_path / "lra_table.json").read_text())
+  from lra.bench import lra_table  # pylint: disable=import-outside-toplevel
+  assert {(r["mixer"], r["seq_len"]) for r in report["records"]} == {
+      (m, t) for m in lra_table.MIXERS for t in (128, 256)}
+  assert all(r["status"] == "ok" for r in report["records"]), [
+      (r["mixer"], r["status"]) for r in report["records"] if r["status"] != "ok"]
+  assert "Steps/s relative to softmax" in (tmp_path / "lra_table.md").read_text()

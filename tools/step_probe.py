@@ -440,11 +440,32 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
       report["decision"] = decide(report["variants"])
       report["wall_s"] = round(time.monotonic() - start, 1)
       _write(report, out)
+  if args.lra_table:
+    probe_lra_table(args, deadline, out)
   if args.against is not None:
     probe_against(args, deadline, out)
   for line in report["decision"]:
     print(line)
   return report
+
+
+def probe_lra_table(args: argparse.Namespace, deadline: float, out: Path) -> None:
+  """`lra bench --lra-table` in LRA's own setting (batch 32, T=1K-4K; --quick: a tiny model at
+  T=128 and 256) in what is left of the budget, every mixer at a length before any at the next,
+  written to lra_table.json and lra_table.md: the device's column for docs/performance.md."""
+  from lra.bench import lra_table, step_time
+  sizes = dict(dim=16, num_layers=1, num_heads=2) if args.quick else lra_table.LRA_SIZES
+  lengths = (128, 256) if args.quick else lra_table.LENGTHS
+  records = step_time.run_bench(
+      lra_table.MIXERS, lengths, 2 if args.quick else lra_table.LRA_BATCH, **sizes,
+      num_steps=3, warmup_steps=1, min_time_s=0.5, deadline=deadline, by_length=True,
+      preset=lra_table.PRESET, overrides_for=lra_table.overrides_for,
+      log=lambda line: print(f"lra-table: {line}", flush=True))
+  report = {"command": "python tools/step_probe.py " + shlex.join(args.argv),
+            "git": args.commit or _git_commit(), "records": records,
+            "date": f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d}"}
+  (out / "lra_table.json").write_text(json.dumps(report, indent=1) + "\n")
+  (out / "lra_table.md").write_text(lra_table.markdown(report))
 
 
 def probe_against(args: argparse.Namespace, deadline: float, out: Path) -> None:
@@ -489,6 +510,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser.add_argument("--variants", help="comma-separated subset of " +
                       ",".join(v[0] for v in VARIANTS))
   parser.add_argument("--commit", help="the commit probed (default: git rev-parse HEAD)")
+  parser.add_argument("--lra-table", action="store_true", help="after the variants, `lra bench "
+                      "--lra-table` at LRA's batch 32 within the budget, into lra_table.json|md")
   parser.add_argument("--against", nargs="*", type=Path, metavar="CLONE", help="after the "
                       "variants, `lra bench --against`'s cases within the budget (the softmax "
                       "ones need no clone), into against.json|md")
