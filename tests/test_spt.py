@@ -307,3 +307,10 @@ def test_predictions_of_a_pretraining_run_are_refused_in_one_line(pretrained, tm
   err = capsys.readouterr().err.strip()
   assert err.count("\n") == 0 and "self-pretraining run" in err, err
   assert not (tmp_path / "p.npy").exists()
+
+
+def test_a_pretraining_run_gets_no_synthetic_verdict():
+  from lra.report import run_summary  # pylint: disable=import-outside-toplevel
+  result = {"task": "synthetic", "status": "complete", "preset": "smoke", "test_accuracy": 0.1}
+  assert run_summary.synthetic_verdict(result) is not None  # a classifier's smoke run: the line
+  assert run_summary.synthetic_verdict({**result, "objective": "denoise"}) is None

@@ -166,8 +166,10 @@ def _fine_tune_command(run_dir: Path, *, partial: bool) -> str | None:
 
 def synthetic_verdict(result: Mapping[str, Any]) -> str | None:
   """Whether a complete `synthetic` run's mixer mixes (test accuracy at the best val step at or
-  above MIXES_AT), in one line; None for another task or a run that is not complete."""
-  if result.get("task") != "synthetic" or result.get("status") != "complete":
+  above MIXES_AT), in one line; None for another task, a run that is not complete, or a
+  self-pretraining run (it classifies nothing)."""
+  if (result.get("task") != "synthetic" or result.get("status") != "complete"
+      or result.get("objective") == "denoise"):
     return None
   if result.get("preset") == "smoke":
     return ("verdict: none from the smoke preset (a few steps: it checks that a run runs); "
