@@ -18,6 +18,8 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+from lra.runs.config_loading import load_data, resolve_config  # noqa: E402
+
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
@@ -61,3 +63,10 @@ def pytest_xdist_auto_num_workers(config) -> int:
   memory (a few GB at peak) matters more than its core."""
   return max(1, min(4, os.cpu_count() or 1))
 
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  """ListOps' smoke data (generated, small), prepared once per test module that asks for it."""
+  root = tmp_path_factory.mktemp("data")
+  load_data(resolve_config("listops", "softmax", "smoke"), root, log=lambda _: None)
+  return root

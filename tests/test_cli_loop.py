@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from lra.runs.config_loading import load_data, resolve_config
 from lra.report import run_summary
 from lra.cli import main
 from lra.runs.command import split_overrides
@@ -126,14 +125,7 @@ def test_an_empty_results_folder_names_the_command_that_writes_there(tmp_path, c
 
 # --- 4. Summaries say what happened ------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def smoke_data(tmp_path_factory):
-  root = tmp_path_factory.mktemp("data")
-  load_data(resolve_config("listops", "softmax", "smoke"), root, log=lambda _: None)
-  return root
-
-
-def test_a_run_stopped_before_its_first_evaluation_says_so(smoke_data, tmp_path, capsys,
+def test_a_run_stopped_before_its_first_evaluation_says_so(data_dir, tmp_path, capsys,
                                                            monkeypatch):
   from lra.runs import checkpoints
   save = checkpoints.Checkpointer.save
@@ -145,7 +137,7 @@ def test_a_run_stopped_before_its_first_evaluation_says_so(smoke_data, tmp_path,
 
   monkeypatch.setattr(checkpoints.Checkpointer, "save", save_then_stop)
   assert main(["run", "listops", "softmax", "--preset", "smoke", "--quiet", "--data-dir",
-               str(smoke_data), "--run-dir", str(tmp_path / "run"), "--config.eval.every_steps=4",
+               str(data_dir), "--run-dir", str(tmp_path / "run"), "--config.eval.every_steps=4",
                "--config.checkpoint.every_steps=2", "--config.train.log_every_steps=6"]) == 130
   out = capsys.readouterr().out
   assert "listops x softmax (smoke): interrupted at step 2 of 6" in out
@@ -154,9 +146,9 @@ def test_a_run_stopped_before_its_first_evaluation_says_so(smoke_data, tmp_path,
   assert "steps/s" not in out  # no log window was timed before the stop
 
 
-def test_a_diverged_run_says_so_without_placeholders(smoke_data, tmp_path, capsys):
+def test_a_diverged_run_says_so_without_placeholders(data_dir, tmp_path, capsys):
   assert main(["run", "listops", "softmax", "--preset", "smoke", "--quiet", "--data-dir",
-               str(smoke_data), "--run-dir", str(tmp_path / "run"),
+               str(data_dir), "--run-dir", str(tmp_path / "run"),
                "--config.train.learning_rate=1e30", "--config.train.log_every_steps=1",
                "--config.eval.every_steps=4"]) == 1
   out = capsys.readouterr().out

@@ -26,13 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ["--preset", "smoke", "--quiet"]
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  root = tmp_path_factory.mktemp("data")
-  load_data(resolve_config("listops", "softmax", "smoke"), root, log=lambda _: None)
-  return root
-
-
 def _wait_for(predicate, proc, timeout=300):
   deadline = time.time() + timeout
   while not predicate():
@@ -264,7 +257,6 @@ def test_a_damaged_checkpoint_is_moved_aside_and_the_run_resumes_from_the_newest
     damage, stopped_run, data_dir, tmp_path, capsys):
   from lra.runs import checkpoints
   from lra.training import train
-  from lra.runs.config_loading import load_data
   run_dir = tmp_path / "run"
   shutil.copytree(stopped_run[0], run_dir)
   said = damage(run_dir / "checkpoints" / "6")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lra.runs.config_loading import data_cache_dir, load_data, resolve_config
+from lra.runs.config_loading import data_cache_dir, resolve_config
 from lra import run
 from lra.machine import stop_after
 from lra.tasks.contract.batches import Batching, eval_batches, train_batches
@@ -29,13 +29,6 @@ OVERRIDES = ["train.num_steps=8", "train.log_every_steps=2", "eval.every_steps=4
 SCORES = ("status", "step", "best_step", "val_accuracy", "test_accuracy", "test_accuracy_last",
           "best_test_accuracy")
 RUN_FILES = {"config.json", "metrics.jsonl", "final.json"}
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  root = tmp_path_factory.mktemp("data")
-  load_data(resolve_config("listops", "softmax", "smoke"), root, log=lambda _: None)
-  return root
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import numpy as np
 import optax
 import pytest
 
-from lra.runs.config_loading import data_cache_dir, load_data, resolve_config
+from lra.runs.config_loading import data_cache_dir, resolve_config
 from lra.models.build import build_model
 from lra import run
 from lra.machine import distributed
@@ -27,13 +27,6 @@ from lra.tasks.contract.batches import Batching, eval_batches, split_batch, trai
 from lra.tasks.contract.cache import PreparedData
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  root = tmp_path_factory.mktemp("data")
-  load_data(resolve_config("listops", "softmax", "smoke"), root, log=lambda _: None)
-  return root
 
 
 def _smoke_data(data_dir):

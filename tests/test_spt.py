@@ -37,13 +37,6 @@ RESUMED = ["train.num_steps=24", "eval.every_steps=8", "checkpoint.every_steps=2
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  root = tmp_path_factory.mktemp("data")
-  load_data(resolve_config("listops", "latte", "smoke"), root, log=lambda _: None)
-  return root
-
-
-@pytest.fixture(scope="module")
 def pretrained(data_dir, tmp_path_factory):
   """A complete smoke pretraining run of Latte on ListOps (8 steps)."""
   run_dir = tmp_path_factory.mktemp("spt") / "pretrain"
