@@ -129,16 +129,18 @@ def seeded(seed: int | None, overrides: Sequence[str]) -> list[str]:
 
 def parse_run(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
   """(`lra run`'s arguments, its --config overrides) from the words after `lra`, as the command
-  line reads them; options before the task and `--preset=lra` forms included.
+  line reads them; options before the task and `--preset=lra` forms included. `lra pretrain`'s
+  words too: its arguments, and `objective=denoise` after its overrides (what the command adds).
 
   Raises:
-    BadValue: the words are not `lra run TASK MIXER ...` (with the parser's complaint).
+    BadValue: the words are not `lra run|pretrain TASK MIXER ...` (with the parser's complaint).
   """
   rest, overrides = split_overrides(list(argv))
-  parser = argparse.ArgumentParser(prog="lra run")
-  add_run_arguments(parser)
+  verb = rest[0] if rest[:1] in (["run"], ["pretrain"]) else None
+  parser = argparse.ArgumentParser(prog=f"lra {verb or 'run'}")
+  add_run_arguments(parser, pretrain=verb == "pretrain")
   complaint, args = io.StringIO(), None
-  if rest[:1] == ["run"]:
+  if verb is not None:
     try:
       with contextlib.redirect_stderr(complaint):
         args = parser.parse_args(rest[1:])
@@ -146,14 +148,15 @@ def parse_run(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
       pass
   if args is None:
     said = complaint.getvalue().strip().splitlines()
-    raise errors.BadValue(f"expected `lra run TASK MIXER ...`, got `lra {shlex.join(argv)}`"
-                          + (f" ({said[-1]})" if said else ""))
-  return args, overrides
+    raise errors.BadValue(f"expected `lra run TASK MIXER ...` (or `lra pretrain ...`), got "
+                          f"`lra {shlex.join(argv)}`" + (f" ({said[-1]})" if said else ""))
+  return args, [*overrides, *(["objective=denoise"] if verb == "pretrain" else [])]
 
 
 def run_config(argv: Sequence[str]) -> ml_collections.ConfigDict:
-  """The config `lra run TASK MIXER ...` resolves for these words (after `lra`), --seed and both
-  --config forms included: for tools that must name the run a command makes (the ledger)."""
+  """The config `lra run TASK MIXER ...` (or `lra pretrain ...`) resolves for these words (after
+  `lra`), --seed and both --config forms included: for tools that must name the run a command
+  makes (the ledger, the layout test's resume check)."""
   from lra.runs.config_loading import resolve_config
   args, overrides = parse_run(argv)
   return resolve_config(args.task, args.mixer, args.preset,
