@@ -11,7 +11,7 @@ squares"); the SPT runs and their pilot: docs/protocol.md ("Self-pretraining on 
   python tools/cpu_table.py run NAME [--core C] [--stop-after S]   # one run, or resume it
   python tools/cpu_table.py work --core C --stop-after S [--group G] [NAME ...]  # in turn
   python tools/cpu_table.py pack                               # archive every stopped run
-  python tools/cpu_table.py summary                            # docs/protocol.md's SPT tables
+  python tools/cpu_table.py summary        # docs/protocol.md's SPT tables, the seeds' curves
 
 A run longer than a sitting stops sealed (`--stop-after`) and travels as its archive (`run.pack`,
 committed beside its files); `run` unpacks it on a machine without its checkpoints, as
@@ -230,6 +230,45 @@ def docs_text(runs: list[TableRun]) -> str:
   return splice_readme(DOCS.read_text(), block, DOCS, MARKERS, "python tools/cpu_table.py summary")
 
 
+FIGURE = ROOT / "results" / "squares" / "curves_spt.png"
+
+
+def seeds_figure(runs: list[TableRun]):
+  """Val accuracy of every seed of the mixers run with several (Latte, softmax, S5, Linformer,
+  S5's own block) on squares, one panel from scratch and one with SPT: a fine-tune drawn from
+  the step its pretraining ended, so both panels span the same 20,000-step budget."""
+  from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
+
+  from lra.report import plot, results  # pylint: disable=import-outside-toplevel
+  blocks = [("latte", "squares"), ("softmax", "squares"), ("s5", "squares"),
+            ("linformer", "squares"), ("s5", "squares_published")]
+  colours = dict(zip(blocks, plot.distinct_colours(len(blocks))))
+  fig = Figure(figsize=(12, 4.6), dpi=120, layout="constrained")
+  panels = fig.subplots(1, 2, sharey=True)
+  for ax, phase, title in ((panels[0], "", "from scratch (20,000 steps)"),
+                           (panels[1], "spt", "SPT: 8,000 steps pretraining, then fine-tuning")):
+    for run in (r for r in runs if r.phase == phase and (r.mixer, r.preset) in colours):
+      if not (run.folder / "metrics.jsonl").exists():
+        continue
+      curves = results.load_curves(run.folder).dropna(subset=["val/accuracy"])
+      offset = run.pretraining.record().get("step", 0) if run.pretraining else 0
+      own = run.preset.endswith("_published")
+      ax.plot(offset + curves["step"], 100 * curves["val/accuracy"], color=colours[
+          run.mixer, run.preset], linestyle=("-", "--", ":")[run.seed % 3], linewidth=1.3,
+              label=f"{run.mixer}{' (own block)' if own else ''} seed {run.seed}"
+              + ("" if run.complete() else " (unfinished)"))
+    if phase:
+      ax.axvspan(0, 8000, color="0.92", label="pretraining")
+    ax.axhline(100 * CHANCE_LEFT, color="0.5", linestyle=":", linewidth=1)
+    ax.set(xlabel="step of the 20,000-step budget", title=title, xlim=(0, 20000))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small", ncols=2, loc="upper left")
+  panels[0].set_ylabel("val accuracy (%)")
+  fig.suptitle("Pathfinder on 4x4 squares: every seed's val accuracy (dotted line: 55%, "
+               "where a run counts as leaving chance)")
+  return fig
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   sub = parser.add_subparsers(dest="command", required=True)
@@ -266,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     return work(chosen, args.core, args.stop_after)
   if args.command == "summary":
     DOCS.write_text(docs_text(runs))
-    print(f"wrote {DOCS}")
+    FIGURE.parent.mkdir(parents=True, exist_ok=True)
+    seeds_figure(table_runs()).savefig(FIGURE)
+    print(f"wrote {DOCS} and {FIGURE.relative_to(ROOT)}")
     return 0
   pack_stopped(runs)
   return 0
