@@ -463,8 +463,10 @@ def _adopt_archive(first: Path, results_dir: Path) -> list[Path]:
 # Report.
 
 def render(report: dict[str, Any]) -> str:
+  from lra.report.table_rules import decimals
+
   def pct(x):
-    return "-" if x is None else f"{100 * x:.2f}%"
+    return "-" if x is None else f"{decimals(100 * x)}%"
   lines = ["# Paper rows on a lent GPU", ""]
   if report.get("quick"):
     lines += ["**A `--quick` run**: tiny sizes that show the report's format.", ""]

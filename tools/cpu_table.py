@@ -31,6 +31,7 @@ from pathlib import Path
 from pathfinder_study import CHANCE_LEFT, ROOT, run_pinned
 
 from lra.models.mixers import MIXERS
+from lra.report.table_rules import decimals
 from lra.runs import pack, run_lock
 
 RUNS = ROOT / "results" / "runs"
@@ -198,7 +199,7 @@ def _test(run: TableRun) -> str:
   if not record:
     return "not run"
   score = record.get("test_accuracy")
-  text = "" if score is None else f"{100 * score:.2f}"
+  text = "" if score is None else decimals(100 * score)
   return text if run.complete() else f"{text or '-'} ({run.status()})"
 
 
@@ -217,7 +218,7 @@ def pilot_rows(runs: list[TableRun]) -> list[str]:
     block = run.mixer + (" (own block)" if run.preset.endswith("_published") else "")
     lines.append(
         f"| {block} | {run.seed} | {_left(scratch.folder)} | {_test(scratch)} | "
-        f"{'-' if held is None or held < 0 else f'{100 * held:.2f}'} | "
+        f"{'-' if held is None or held < 0 else decimals(100 * held)} | "
         f"{_left(run.folder, steps)} | {_test(run)} |")
   return lines
 

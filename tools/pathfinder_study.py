@@ -31,6 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lra.report.table_rules import decimals
 from lra.runs import pack, run_lock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -307,7 +308,7 @@ def status_of(final: dict, run_dir: Path) -> str:
 
 
 def _pct(x: float | None) -> str:
-  return "" if x is None else f"{100 * x:.2f}"
+  return "" if x is None else decimals(100 * x)
 
 
 def table() -> list[str]:

@@ -5,6 +5,7 @@ import argparse
 from pathlib import Path
 
 from lra.cli.common import add_command
+from lra.report.table_rules import decimals
 
 
 def add_parser(commands) -> None:
@@ -26,7 +27,7 @@ def main(args: argparse.Namespace, overrides: list[str]) -> int:
   record = evaluation.evaluate_run(args.run_dir, checkpoint=args.checkpoint, split=args.split,
                                    data_dir=args.data_dir, predictions=args.predictions)
   print(f"{args.run_dir}: {record['checkpoint']} checkpoint (step {record['step']}) on "
-        f"{record['split']}: accuracy {100 * record[args.split + '/accuracy']:.2f}%, loss "
+        f"{record['split']}: accuracy {decimals(100 * record[args.split + '/accuracy'])}%, loss "
         f"{record[args.split + '/loss']:.4f} over {record[args.split + '/num_examples']} "
         f"examples; appended to {args.run_dir / evaluation.EVALS_FILE}")
   if args.predictions:
