@@ -307,3 +307,28 @@ def test_a_pretraining_run_gets_no_synthetic_verdict():
   result = {"task": "synthetic", "status": "complete", "preset": "smoke", "test_accuracy": 0.1}
   assert run_summary.synthetic_verdict(result) is not None  # a classifier's smoke run: the line
   assert run_summary.synthetic_verdict({**result, "objective": "denoise"}) is None
+
+
+def test_a_fine_tune_is_named_for_how_its_pretraining_departs(pretrained, tmp_path):
+  """A fine-tune from a pretraining that departs from its preset (here: 8 steps, evaluated every
+  4) gets another folder than one from the preset's own pretraining: the two never resume into
+  each other. The name is the same whether read from the pretraining's folder or, before that
+  exists, from its config (lra sweep --spt, the dry run)."""
+  from lra.runs import run_identity  # pylint: disable=import-outside-toplevel
+  from lra.runs.config_loading import default_run_dir  # pylint: disable=import-outside-toplevel
+  tune = resolve_config("listops", "latte", "smoke", [f"spt.init_from={pretrained}"])
+  named = default_run_dir(tune, tmp_path).name
+  plain = resolve_config("listops", "latte", "smoke", [f"spt.init_from={tmp_path / 'absent'}"])
+  assert default_run_dir(plain, tmp_path).name == "smoke+spt_seed0" != named
+  assert named.startswith("smoke+spt,") and named.endswith("_seed0")
+  config = resolve_config("listops", "latte", "smoke", ["objective=denoise", *SHORT])
+  assert default_run_dir(tune, tmp_path, pretraining=config.to_dict()).name == named
+  reference = resolve_config("listops", "latte", "smoke", ["objective=denoise"]).to_dict()
+  start = run_identity.start_departures(tune.to_dict(), plain.to_dict(), config.to_dict(),
+                                        reference)
+  assert "pretrain.train.num_steps=8" in start and "pretrain.eval.every_steps=4" in start
+  # What the fine-tune sets itself is its own departure, not its start's.
+  both = resolve_config("listops", "latte", "smoke", [f"spt.init_from={pretrained}",
+                                                      "eval.every_steps=4"])
+  assert "pretrain.eval.every_steps=4" not in run_identity.start_departures(
+      both.to_dict(), plain.to_dict(), config.to_dict(), reference)

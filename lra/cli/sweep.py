@@ -118,7 +118,8 @@ def plan(tasks: Sequence[str], mixers: Sequence[str], seeds: Sequence[int], *, p
                      phase))
     if spt:  # its fine-tune starts from the pretraining's folder
       tune = resolve_config(task, mixer, preset, [*settings, f"spt.init_from={run_dir}"])
-      jobs.append(_job(task, mixer, seed, preset, tune, default_run_dir(tune, results_dir),
+      tune_dir = default_run_dir(tune, results_dir, pretraining=config.to_dict())
+      jobs.append(_job(task, mixer, seed, preset, tune, tune_dir,
                        settings, results_dir, data_dir, "spt", init_from=run_dir))
   return jobs
 

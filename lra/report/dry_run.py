@@ -68,13 +68,16 @@ def sources(task: str, mixer: str, preset: str,
   return rows
 
 
-def _run_folder_state(run_dir: Path) -> str:
+def _run_folder_state(run_dir: Path, verdict: bool = True) -> str:
+  """"new", or where the folder's run stands (and, with `verdict`, what this command does to it:
+  not for a fine-tune's pretraining, which the fine-tune only reads)."""
   final = run_dir / "final.json"
   if final.exists():
     try:
       record = json.loads(final.read_text())
-      return f"exists, {record.get('status')} at step {record.get('step')}: `lra run` " + (
-          "skips it" if record.get("status") == "complete" else "resumes it")
+      state = f"exists, {record.get('status')} at step {record.get('step'):,}"
+      return state + (f": `lra run` {'skips' if record.get('status') == 'complete' else 'resumes'}"
+                      " it" if verdict else "")
     except (OSError, ValueError):
       return "exists, final.json unreadable"
   return "exists, no final.json yet" if run_dir.exists() else "new"
@@ -292,10 +295,10 @@ def _other_phase(config: ml_collections.ConfigDict, overrides: Sequence[str], ru
                           or config.model.mixer, config.preset,
                           [*mine, f"spt.init_from={run_dir}"])
     return [f"then its fine-tune: `lra run ... --init-from {run_dir}` into "
-            f"{default_run_dir(tune, results_dir)}",
+            f"{default_run_dir(tune, results_dir, pretraining=config.to_dict())}",
             *(f"  {line}" for line in costs(tune, mine, results_dir))]
   if phase == "spt":
     start = Path(config.spt.init_from)
-    return [f"starts from: the pretraining run {start} ({_run_folder_state(start)}), its best "
-            "checkpoint's encoder, with a new classifier head"]
+    return [f"starts from: the pretraining run {start} ({_run_folder_state(start, verdict=False)}"
+            "), its best checkpoint's encoder, with a new classifier head"]
   return []

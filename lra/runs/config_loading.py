@@ -112,13 +112,33 @@ def preset_reference(config: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def default_run_dir(config: ml_collections.ConfigDict, results_dir: Path,
-                    reference: Mapping[str, Any] | None = None) -> Path:
+                    reference: Mapping[str, Any] | None = None,
+                    pretraining: Mapping[str, Any] | None = None) -> Path:
   """results/runs/<task>/<mixer label>/<preset>[+<departures>]_seed<N> (run_identity.run_name);
-  `reference`: today's preset config (reference_config) where the caller has it already."""
+  `reference`: today's preset config (reference_config) where the caller has it already. A
+  fine-tune's name also says how its pretraining departs from that preset's (`pretraining`: its
+  config, where the caller has it before the folder exists; else the folder's config.json)."""
   if reference is None:
     reference = reference_config(config.to_dict()).to_dict()
-  name = run_identity.run_name(config.to_dict(), reference)
+  name = run_identity.run_name(config.to_dict(), reference,
+                               _start(config.to_dict(), reference, pretraining))
   return Path(results_dir) / "runs" / config.task / mixer_label(config) / name
+
+
+def _start(config: Mapping[str, Any], reference: Mapping[str, Any],
+           pretraining: Mapping[str, Any] | None) -> list[str]:
+  """A fine-tune's run_identity.start_departures; [] for any other run, or where the pretraining
+  cannot be read (no folder, a preset that no longer exists)."""
+  if run_identity.phase(config) != "spt":
+    return []
+  if pretraining is None:
+    stored = Path(config["spt"]["init_from"]) / "config.json"
+    if not stored.is_file():
+      return []
+    pretraining = run_identity.read_config(stored)
+  pretraining_reference = preset_reference(pretraining)
+  return ([] if pretraining_reference is None else run_identity.start_departures(
+      config, reference, pretraining, pretraining_reference))
 
 
 def default_data_dir() -> Path:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 SEED_KEY = "train.seed"
@@ -129,20 +129,34 @@ _PHASES = {"": "a run from scratch", "pretrain": "a self-pretraining run (lra pr
            "spt": "a fine-tune (--init-from)"}
 
 
-def run_name(config: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
+def run_name(config: Mapping[str, Any], reference: Mapping[str, Any],
+             start: Sequence[str] = ()) -> str:
   """`<preset>[+<phase>,<departures>]_seed<N>`: e.g. `demo_seed0`,
   `demo+mixers.latte.vapor=True_seed0`, `squares+pretrain_seed0` (lra pretrain), `squares+spt_seed0`
-  (its fine-tune).
+  (its fine-tune), `squares+spt,pretrain.train.num_steps=24000_seed0` (a fine-tune from a longer
+  pretraining: `start`, start_departures).
 
   Two commands that resolve to one config share a folder, and a different config never lands in
   another's folder (a suffix over 80 characters is replaced by its hash, the phase kept).
   """
-  suffix = ",".join(departures(config, reference))
+  suffix = ",".join([*departures(config, reference), *start])
   if len(suffix) > _MAX_NAME:
     suffix = "cfg-" + hashlib.sha256(suffix.encode()).hexdigest()[:8]
   suffix = ",".join(p for p in (phase(config), _UNSAFE.sub("-", suffix)) if p)
   seed = flatten(config).get(SEED_KEY, 0)
   return f"{config['preset']}{'+' + suffix if suffix else ''}_seed{seed}"
+
+
+def start_departures(config: Mapping[str, Any], reference: Mapping[str, Any],
+                     pretraining: Mapping[str, Any], pretraining_reference: Mapping[str, Any]
+                     ) -> list[str]:
+  """How the pretraining a fine-tune starts from departs from its own preset beyond the
+  fine-tune's own departures (its encoder's are the fine-tune's: init_from.check), as
+  `pretrain.KEY=VALUE` items: a fine-tune from a longer or otherwise other pretraining is named
+  apart from the preset's (the phase's budget keys are not identity; its train.num_steps is)."""
+  ours = set(departures(config, reference))
+  return [f"pretrain.{item}" for item in departures(pretraining, pretraining_reference)
+          if item not in ours]
 
 
 def same_run(stored: Mapping[str, Any], config: Mapping[str, Any],
