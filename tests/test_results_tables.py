@@ -660,6 +660,19 @@ def test_spt_rows_stand_in_their_own_column_and_pretraining_runs_in_no_table(tmp
   status = table_status.Status(made["task_rows"], res).spt(brief=True)
   assert "of the 4 with a from-scratch row, 3 leave chance with SPT and 1 from scratch" in status
   assert "between the squares SPT column and the published Pathfinder column, over the" in status
+  assert "several seeds" not in status  # one seed each: nothing to say of seeds yet
+  # Second seeds: Latte learns on both with SPT, not from scratch; softmax the other way round.
+  for mixer, (before, after) in {"latte": (0.70, 0.78), "softmax": (0.72, 0.504)}.items():
+    write_run(res, "pathfinder", mixer, "squares", 1, before, chance=0.5, majority=0.5)
+    config = {"task": "pathfinder", "preset": "squares", "model": {"mixer": mixer, "dim": 8},
+              "mixers": {mixer: {}}, "train": {"num_steps": 20, "seed": 1},
+              "spt": {"init_from": "x"}}
+    write_run(res, "pathfinder", mixer, "squares", 1, after, chance=0.5, majority=0.5,
+              run="squares+spt_seed1", config=config)
+  _, made = tables._build(res)  # pylint: disable=protected-access
+  status = table_status.Status(made["task_rows"], res).spt(brief=True)
+  assert ("of the 2 run on several seeds, every seed learns for 1 with SPT (latte) and 1 from "
+          "scratch (softmax)") in status
 
 
 def test_sweep_spt_plans_each_pretraining_before_its_fine_tune_and_chains_the_arrays(

@@ -32,6 +32,13 @@ STATISTICS = {
 CHANCE_MARGIN = 1.0  # points: a mean this close to chance/majority has not learned the task
 
 
+def at_chance(acc: float | None, chance: float | None, majority: float | None = None) -> bool:
+  """Whether an accuracy (in %) is within CHANCE_MARGIN of chance or of the majority class: the
+  run has not learned the task (‡ in the tables)."""
+  floor = max(x for x in (chance, majority, 0.0) if x is not None)
+  return acc is not None and acc <= floor + CHANCE_MARGIN
+
+
 def decimals(value: float, digits: int = 2) -> str:
   """The one rounding rule of every figure the reports print: half away from zero, on the value
   rounded to 9 places first, so 56.675 and 0.56675 * 100 (56.674999...) both print 56.68 in the

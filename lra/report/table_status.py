@@ -16,7 +16,7 @@ from typing import Any
 from lra.report import ledger, results
 from lra.configs.common import mixer_configs
 from lra.report.table_markdown import _duration, _squares_rank_line
-from lra.report.table_rules import LRA_TASKS, TASK_TITLES, decimals, group
+from lra.report.table_rules import LRA_TASKS, TASK_TITLES, at_chance, decimals, group
 
 PAGE = Path("docs") / "status.md"  # beside the README it belongs to
 README_MARKERS = ("<!-- lra-status:start -->", "<!-- lra-status:end -->")
@@ -162,6 +162,7 @@ class Status:
         text += (f"; of the {len(both)} with a from-scratch row, "
                  f"{sum(not r['at_chance'] for r in both)} leave chance with SPT and "
                  f"{sum(not scratch[r['mixer']]['at_chance'] for r in both)} from scratch")
+      text += _every_seed(spt, scratch)
       if not brief:
         text += f" ({_budget(spt)} of fine-tuning): {_scores(spt)}"
       if preset == "squares":
@@ -284,6 +285,25 @@ def _names(items: list[Any], conjunction: str = "and") -> str:
   names = [i["mixer"] if isinstance(i, dict) else str(i) for i in items]
   return (names[0] if len(names) == 1
           else ", ".join(names[:-1]) + f" {conjunction} " + names[-1])
+
+
+def _every_seed(spt: list[Row], scratch: dict[str, Row]) -> str:
+  """"; of the 3 run on several seeds, every seed learns for 2 with SPT (latte, softmax) and 1 from
+  scratch (softmax)": where the seeds agree, which is what SPT is to change ("" before any mixer
+  has several SPT seeds). A seed learns when its test accuracy is off chance (not ‡)."""
+  seeded = [r for r in spt if r.get("num_runs", 1) > 1]
+  if not seeded:
+    return ""
+
+  def learns(row: Row) -> bool:
+    return row.get("num_runs", 1) > 1 and not at_chance(
+        row["test_accuracy_min"], row["chance_accuracy"], row["majority_accuracy"])
+  names = [r["mixer"] for r in seeded]
+  with_spt = [r["mixer"] for r in seeded if learns(r)]
+  before = [m for m in names if m in scratch and learns(scratch[m])]
+  return (f"; of the {len(names)} run on several seeds, every seed learns for {len(with_spt)} with "
+          f"SPT ({', '.join(with_spt) or 'none'}) and {len(before)} from scratch "
+          f"({', '.join(before) or 'none'})")
 
 
 def _scores(rows: list[Row]) -> str:

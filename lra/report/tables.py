@@ -32,7 +32,8 @@ from lra.configs import pathfinder as pathfinder_config
 # The shared rules, re-exported: callers read them as tables.LRA_TASKS etc.
 from lra.report.table_rules import (AVG_TASKS, CHANCE_MARGIN, COMMITTED,  # noqa: F401
                                     CPU_PRESETS, LRA_TASKS, YOURS, PROTOCOL_PRESETS, PUBLISHED,
-                                    RUN_SOURCES, STATISTICS, TASK_TITLES, decimals, group)
+                                    RUN_SOURCES, STATISTICS, TASK_TITLES, at_chance, decimals,
+                                    group)
 
 # Classes per LRA task, for the chance marks of published rows (ours carry their own).
 LRA_NUM_CLASSES = {"listops": 10, "text": 2, "retrieval": 2, "image": 10, "pathfinder": 2,
@@ -103,11 +104,6 @@ def _num(value: Any) -> float | None:
 def _pct(value: Any) -> float | None:
   value = _num(value)
   return None if value is None else 100.0 * value
-
-
-def at_chance(acc: float | None, chance: float | None, majority: float | None = None) -> bool:
-  floor = max(x for x in (chance, majority, 0.0) if x is not None)
-  return acc is not None and acc <= floor + CHANCE_MARGIN
 
 
 def _delta(ours: dict[str, Any], ref: dict[str, str] | None, task: str) -> float | None:
