@@ -130,6 +130,42 @@ def test_the_loss_reads_hidden_real_tokens_only(loss):
   assert float(changed(0, 0)["loss_sum"]) != float(base["loss_sum"])
 
 
+def test_lit_pixels_are_scored_alone_as_a_loop_counts_them():
+  """The held-out score of lit pixels (objectives.lit_sums): hidden values above level 0 of real
+  rows, each predicted exactly or not, against a plain loop over them (exact: counts)."""
+  rng = np.random.default_rng(2)
+  n, t, p, levels = 3, 6, 4, 5
+  predictions = rng.normal(size=(n, t, p, levels)).astype(np.float32)
+  values = np.where(rng.random((n, t, p)) < 0.7, 0, rng.integers(1, levels, (n, t, p)))
+  hidden = rng.random((n, t)) < 0.5
+  weight = np.array([1.0, 1.0, 0.0], np.float32)  # the last row: an eval batch's filler
+  sums = objectives.lit_sums((jnp.asarray(predictions), jnp.asarray(values, jnp.int32),
+                              jnp.asarray(hidden), jnp.asarray(weight)), "ce")
+  lit = right = 0
+  for i, j, k in np.ndindex(n, t, p):
+    if hidden[i, j] and weight[i] and values[i, j, k] > 0:
+      lit += 1
+      right += int(np.argmax(predictions[i, j, k]) == values[i, j, k])
+  assert lit > 0 and (float(sums["lit_count"]), float(sums["lit_correct_sum"])) == (lit, right)
+
+
+def test_a_pixel_pretraining_reports_its_lit_pixels(tmp_path):
+  """A denoising run on pixels (Pathfinder as 4x4 squares, 40 generated images) evaluates the
+  lit pixels alone beside every hidden value: in its metrics, final.json and `lra eval`."""
+  overrides = ["objective=denoise", "data.generator.num_images=40", "model.patch=4",
+               "model.embedding=dense", "spt.pixel_levels=16", "train.num_steps=2",
+               "eval.every_steps=2", "train.log_every_steps=1"]
+  result = run.run("pathfinder", "latte", preset="smoke", overrides=overrides, progress=False,
+                   data_dir=tmp_path / "data", run_dir=tmp_path / "run")
+  assert result["status"] == "complete" and 0.0 <= result["val_lit_accuracy"] <= 1.0
+  evals = [m for m in read_metrics(tmp_path / "run" / "metrics.jsonl") if "val/accuracy" in m]
+  assert evals and all(0.0 <= m["val/lit_accuracy"] <= 1.0 for m in evals)
+  from lra.training import evaluation  # pylint: disable=import-outside-toplevel
+  record = evaluation.evaluate_run(tmp_path / "run", split="val", data_dir=tmp_path / "data")
+  assert record["objective"] == "denoise"
+  assert record["val/lit_accuracy"] == pytest.approx(evals[-1]["val/lit_accuracy"])
+
+
 def test_a_fine_tune_starts_from_the_pretrained_encoder_and_a_fresh_head(pretrained, data_dir):
   config = resolve_config("listops", "latte", "smoke", [f"spt.init_from={pretrained}"])
   data = load_data(config, data_dir)

@@ -29,7 +29,10 @@ def main(args: argparse.Namespace, overrides: list[str]) -> int:
   print(f"{args.run_dir}: {record['checkpoint']} checkpoint (step {record['step']}) on "
         f"{record['split']}: accuracy {decimals(100 * record[args.split + '/accuracy'])}%, loss "
         f"{record[args.split + '/loss']:.4f} over {record[args.split + '/num_examples']} "
-        f"examples; appended to {args.run_dir / evaluation.EVALS_FILE}")
+        f"{'hidden tokens' if record.get('objective') == 'denoise' else 'examples'}"
+        + (f"; lit pixels alone (not background) {decimals(100 * record[lit])}%" if (
+            lit := f"{args.split}/lit_accuracy") in record else "")
+        + f"; appended to {args.run_dir / evaluation.EVALS_FILE}")
   if args.predictions:
     print(f"predicted classes: {args.predictions}")
   return 0

@@ -118,9 +118,11 @@ def result_lines(result: Mapping[str, Any]) -> list[str]:
                    state_text(result).removesuffix(", before its first evaluation"))]
   denoising = result.get("objective") == "denoise"
   if evaluated(result) and denoising:
+    lit = (f" ({_pct(result['val_lit_accuracy'])} of the lit ones, not background)"
+           if number(result.get("val_lit_accuracy")) is not None else "")
     lines.append(f"  held out (val): {_pct(result.get('val_accuracy'))} of hidden values "
-                 f"predicted, loss {number(result.get('val_loss')) or 0:.4f} per hidden token, at "
-                 f"the best val step {_count(result['best_step'])}")
+                 f"predicted{lit}, loss {number(result.get('val_loss')) or 0:.4f} per hidden "
+                 f"token, at the best val step {_count(result['best_step'])}")
   elif evaluated(result):
     best_step = number(result.get("best_test_step"))  # absent from older final.json files
     best = (f"; best test {_pct(result.get('best_test_accuracy'))} (step {_count(best_step)})"

@@ -96,7 +96,8 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
   finally:
     ckpt.close()
   env = writers.environment()
-  record = {"checkpoint": checkpoint, "step": step, "split": split, **metrics,
+  record = {"checkpoint": checkpoint, "step": step, "split": split,
+            "objective": s.objective.name, **metrics,
             "evaluated_at": datetime.datetime.now(datetime.UTC).isoformat(
                 timespec="seconds"),
             "device": env["device"], "git_sha": env["git_sha"], "versions": env["versions"]}

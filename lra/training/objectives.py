@@ -50,6 +50,22 @@ def denoising_sums(output: tuple[jax.Array, ...], loss: str) -> dict[str, jax.Ar
           "count": jnp.sum(w)}
 
 
+def lit_sums(output: tuple[jax.Array, ...], loss: str) -> dict[str, jax.Array]:
+  """Among the hidden pixel values, those above the lowest level (lit: paths, markers and
+  distractors, not the black background): how many, and how many predicted exactly. A held-out
+  score over every hidden value mostly counts background (90% of a Pathfinder image's pixels
+  are level 0 of 16), which predicting black everywhere would score as well."""
+  predictions, values, hidden, weight = output
+  predictions = predictions.astype(jnp.float32)
+  if loss == "ce":
+    correct = jnp.argmax(predictions, -1) == values
+  else:
+    correct = jnp.round((predictions[..., 0] + 1.0) * 127.5) == values
+  lit = (values > 0) & hidden[..., None]  # [N,T',P]
+  w = lit.astype(jnp.float32) * weight[:, None, None]
+  return {"lit_correct_sum": jnp.sum(correct.astype(jnp.float32) * w), "lit_count": jnp.sum(w)}
+
+
 @dataclasses.dataclass(frozen=True)
 class Objective:
   """What differs between the loop's two uses.
@@ -60,19 +76,24 @@ class Objective:
     splits: the splits each evaluation reads (denoising never reads test).
     best: the metric that picks the best evaluation, and whether higher is better.
     noise: whether batches carry the per-token noise the Denoiser hides tokens by.
+    held_out: (model output, batch) -> more `<name>_correct_sum` and `<name>_count` sums that
+      evaluations report as `<split>/<name>_accuracy` (training's step computes none of them).
   """
   name: str
   sums: Callable[[Any, Mapping[str, jax.Array]], dict[str, jax.Array]]
   splits: tuple[str, ...] = ("val", "test")
   best: tuple[str, bool] = ("val/accuracy", True)
   noise: bool = False
+  held_out: Callable[[Any, Mapping[str, jax.Array]], dict[str, jax.Array]] | None = None
 
 
 CLASSIFY = Objective("classify", classification_sums)
 
 
-def of(config: ml_collections.ConfigDict) -> Objective:
-  """The objective a config trains for (configs written before SPT classify).
+def of(config: ml_collections.ConfigDict, pixels: bool = False) -> Objective:
+  """The objective a config trains for (configs written before SPT classify); `pixels`: the task's
+  inputs are pixel values (its spec has no pad id), whose evaluations also score the lit pixels
+  alone (lit_sums).
 
   Denoising picks its best evaluation as the paper's code does (IdoAmos/not-from-scratch,
   `train.monitor`): the held-out share of hidden tokens predicted right under "ce", the held-out
@@ -83,4 +104,5 @@ def of(config: ml_collections.ConfigDict) -> Objective:
   loss = config.spt.loss
   return Objective("denoise", lambda output, batch: denoising_sums(output, loss), splits=("val",),
                    best=("val/accuracy", True) if loss == "ce" else ("val/loss", False),
-                   noise=True)
+                   noise=True,
+                   held_out=(lambda output, batch: lit_sums(output, loss)) if pixels else None)

@@ -131,7 +131,9 @@ def make_steps(model: nn.Module, mesh: jax.sharding.Mesh, dropout_seed: int,
     return jax.tree.map(jnp.zeros_like, params), sums
 
   def eval_step(state: TrainState, batch):
-    return objective.sums(model.apply(model_variables(state), batch, deterministic=True), batch)
+    output = model.apply(model_variables(state), batch, deterministic=True)
+    more = objective.held_out(output, batch) if objective.held_out else {}
+    return {**objective.sums(output, batch), **more}
 
   train_step = TrainStep(
       whole=jax.jit(whole_step, out_shardings=(replicated, replicated), donate_argnums=0),
@@ -236,7 +238,7 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec, *, training: bool =
     contract.check_shape_before_training(mixer_factory(config), config.mixer_source.spec,
                                          dim=config.model.dim, num_heads=config.model.num_heads,
                                          length=model.encoder.mixer_max_len)
-  objective = objectives.of(config)
+  objective = objectives.of(config, pixels=spec.pad_id is None)
   tc = config.train
   train_step, eval_step = make_steps(model, mesh, dropout_seed=tc.seed + 1,
                                      dropout_bits=tc.dropout_bits, objective=objective)
@@ -313,7 +315,9 @@ class Book:
     if not known or (metrics[key] > self.best_val[key] if higher
                      else metrics[key] < self.best_val[key]):
       self.best_val = {"step": step, "val/accuracy": metrics["val/accuracy"],
-                       "val/loss": metrics["val/loss"], "test/accuracy": test}
+                       "val/loss": metrics["val/loss"], "test/accuracy": test,
+                       **({"val/lit_accuracy": metrics["val/lit_accuracy"]}
+                          if "val/lit_accuracy" in metrics else {})}
       return True
     return False
 
@@ -392,19 +396,23 @@ def evaluate(s: Setup, state: TrainState, data: PreparedData, split: str,
              batch_size: int, max_examples: int = 0) -> dict[str, float]:
   """Weighted accuracy and loss over a split (its first `max_examples` when > 0), every example
   counted once."""
-  totals = {"loss_sum": 0.0, "correct_sum": 0.0, "count": 0.0}
+  totals: dict[str, float] = {}
   rows = s.put.rows(batch_size)
   arrays = data.split(split)
   if max_examples:
     arrays = {key: array[:max_examples] for key, array in arrays.items()}
   for batch in eval_batches(arrays, data.spec, batch_size, rows, s.batching, s.noise_seed):
     sums = jax.device_get(s.eval_step(state, s.put(batch, batch_size)))
-    for key in totals:
-      totals[key] += float(sums[key])
-  count = max(totals["count"], 1.0)
-  return {f"{split}/loss": totals["loss_sum"] / count,
-          f"{split}/accuracy": totals["correct_sum"] / count,
-          f"{split}/num_examples": int(totals["count"])}
+    for key, value in sums.items():
+      totals[key] = totals.get(key, 0.0) + float(value)
+  count = max(totals.get("count", 0.0), 1.0)
+  # The objective's held-out scores (`<name>_correct_sum` over `<name>_count`): their accuracies.
+  more = {f"{split}/{key[:-len('_count')]}_accuracy":
+          totals[key[:-len("_count")] + "_correct_sum"] / max(totals[key], 1.0)
+          for key in totals if key.endswith("_count") and key != "count"}
+  return {f"{split}/loss": totals.get("loss_sum", 0.0) / count,
+          f"{split}/accuracy": totals.get("correct_sum", 0.0) / count,
+          f"{split}/num_examples": int(totals.get("count", 0.0)), **more}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,6 +478,8 @@ class RunFiles:
     }
     if "val/loss" in book.best_val:  # the held-out loss of the best evaluation (denoising's)
       result["val_loss"] = book.best_val["val/loss"]
+    if "val/lit_accuracy" in book.best_val:  # denoising pixels: the lit ones alone (objectives)
+      result["val_lit_accuracy"] = book.best_val["val/lit_accuracy"]
     if book.pretrained is not None:
       result["pretrained"] = book.pretrained
     if "mixer_source" in config:  # a mixer from outside the suite: which file, which version
