@@ -194,6 +194,35 @@ def pack_stopped(runs: list[TableRun]) -> None:
       print(f"packed {run.name}: {run.status()}")
 
 
+LEVELS = ROOT / "results" / "squares" / "pixel_levels.json"
+
+
+def pixel_levels() -> dict:
+  """What the training images' level frequencies alone predict of the held-out pixels (the `squares`
+  data, 16 levels): the pretraining's floor. The best constant guess is the frequencies
+  themselves (cross-entropy on val), its argmax the background (level 0) everywhere."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+
+  from lra.runs import run_identity  # pylint: disable=import-outside-toplevel
+  from lra.runs.config_loading import (  # pylint: disable=import-outside-toplevel
+      default_data_dir, load_data, resolve_config)
+  config = resolve_config("pathfinder", "latte", "squares", ["objective=denoise"])
+  data = load_data(config, default_data_dir())
+  levels = config.spt.pixel_levels
+  counts = {split: np.zeros(levels) for split in ("train", "val")}
+  for split, total in counts.items():
+    inputs = data.split(split)["inputs"]
+    for start in range(0, len(inputs), 10_000):
+      total += np.bincount((np.asarray(inputs[start:start + 10_000]) // (256 // levels)).ravel(),
+                           minlength=levels)
+  train, val = (counts[s] / counts[s].sum() for s in ("train", "val"))
+  return {"levels": levels, "train_background_share": float(train[0]),
+          "val_background_share": float(val[0]),
+          "val_loss_of_train_frequencies": float(-(val * np.log(train)).sum()),
+          "data": str(config.data.cache_name),
+          "arrays_sha256": run_identity.arrays_fingerprint(data.meta.get("arrays"))}
+
+
 DOCS = ROOT / "docs" / "protocol.md"
 MARKERS = ("<!-- spt-pilot:start -->", "<!-- spt-pilot:end -->")
 
@@ -221,32 +250,61 @@ def _test(run: TableRun) -> str:
   return text if run.complete() else f"{text or '-'} ({run.status()})"
 
 
+def held_out(run: TableRun) -> dict:
+  """A pretraining's held-out denoising scores at its best checkpoint: from `lra eval RUN --split
+  val` (evals.jsonl: the whole val split) where it was run, else from final.json (the
+  evaluations' first eval.max_examples); the lit pixels' share is absent from runs made before it
+  was scored."""
+  evals = run.folder / "evals.jsonl"
+  for line in reversed(evals.read_text().splitlines() if evals.exists() else []):
+    record = json.loads(line)
+    if record.get("split") == "val" and record.get("checkpoint") == "best":
+      return {"loss": record["val/loss"], "accuracy": record["val/accuracy"],
+              "lit": record.get("val/lit_accuracy"), "source": "lra eval, whole val"}
+  final = run.record()
+  return {"loss": final.get("val_loss"), "accuracy": final.get("val_accuracy"),
+          "lit": final.get("val_lit_accuracy"), "source": "final.json"}
+
+
 def pilot_rows(runs: list[TableRun]) -> list[str]:
   """The pilot's table: per block and seed, from scratch (the committed runs) and with SPT:
   where each left chance (first val >= CHANCE_LEFT, in steps of the whole budget) and its test
   accuracy at the best val step; the pretraining's held-out share of hidden values."""
   lines = ["| block | seed | from scratch: val >= 55% at step | test % | SPT: pretraining held-out "
-           "% of hidden values | val >= 55% at step (pretraining counted) | test % |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
+           "loss per hidden value | % of hidden values right (of lit ones) | val >= 55% at step "
+           "(pretraining counted) | test % |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
   for run in (r for r in runs if r.group == "pilot" and r.phase == "spt"):
     scratch = TableRun(run.mixer, run.preset, run.seed)
-    pre = run.pretraining.record()
-    held = pre.get("val_accuracy")
-    steps = pre.get("step", 0) if run.pretraining.complete() else 0
+    pre = held_out(run.pretraining) if run.pretraining.complete() else {}
+    steps = run.pretraining.record().get("step", 0) if run.pretraining.complete() else 0
     block = run.mixer + (" (own block)" if run.preset.endswith("_published") else "") + (
         f", pretrained {run.pretrain_steps:,} steps" if run.pretrain_steps else "")
-    lines.append(
-        f"| {block} | {run.seed} | {_left(scratch.folder)} | {_test(scratch)} | "
-        f"{'-' if held is None or held < 0 else decimals(100 * held)} | "
-        f"{_left(run.folder, steps)} | {_test(run)} |")
+    loss = "-" if pre.get("loss") is None else f"{pre['loss']:.3f}"
+    right = "-" if pre.get("accuracy") is None else decimals(100 * pre["accuracy"]) + (
+        "" if pre.get("lit") is None else f" ({decimals(100 * pre['lit'])})")
+    lines.append(f"| {block} | {run.seed} | {_left(scratch.folder)} | {_test(scratch)} | {loss} | "
+                 f"{right} | {_left(run.folder, steps)} | {_test(run)} |")
   return lines
+
+
+def levels_line() -> list[str]:
+  """The floor under the pretraining columns, from results/squares/pixel_levels.json."""
+  if not LEVELS.exists():
+    return []
+  floor = json.loads(LEVELS.read_text())
+  return [f"The floor: predicting every hidden value from the training images' {floor['levels']} "
+          f"level frequencies alone scores a loss of {floor['val_loss_of_train_frequencies']:.3f} "
+          f"and {decimals(100 * floor['val_background_share'])}% right (0 of the lit ones: its "
+          "guess is the background everywhere) on the val images "
+          f"({LEVELS.relative_to(ROOT)}, `python tools/cpu_table.py levels`).", ""]
 
 
 def docs_text(runs: list[TableRun]) -> str:
   from lra.report.tables import splice_readme  # pylint: disable=import-outside-toplevel
   block = "\n".join([MARKERS[0], "<!-- Generated by `python tools/cpu_table.py summary` from the "
                       "run folders; do not edit between these markers. -->", "",
-                      *pilot_rows(runs), "", MARKERS[1]])
+                      *pilot_rows(runs), "", *levels_line(), MARKERS[1]])
   return splice_readme(DOCS.read_text(), block, DOCS, MARKERS, "python tools/cpu_table.py summary")
 
 
@@ -308,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="stop sealed within SECONDS; the same command resumes")
   sub.add_parser("pack")
   sub.add_parser("summary")
+  sub.add_parser("levels", help="the pixel levels' frequencies: the pretraining's floor")
   args = parser.parse_args(argv)
   runs = table_runs()
   if getattr(args, "group", None):
@@ -324,6 +383,11 @@ def main(argv: list[str] | None = None) -> int:
   if args.command == "work":
     chosen = [next(r for r in runs if r.name == n) for n in args.names] if args.names else runs
     return work(chosen, args.core, args.stop_after)
+  if args.command == "levels":
+    LEVELS.parent.mkdir(parents=True, exist_ok=True)
+    LEVELS.write_text(json.dumps(pixel_levels(), indent=2) + "\n")
+    print(f"wrote {LEVELS.relative_to(ROOT)}")
+    return 0
   if args.command == "summary":
     DOCS.write_text(docs_text(runs))
     FIGURE.parent.mkdir(parents=True, exist_ok=True)
