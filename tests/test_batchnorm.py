@@ -14,7 +14,7 @@ from lra.runs.config_loading import resolve_config
 from lra.models.build import build_model
 from lra.runs.writers import read_metrics
 
-SPEC = types.SimpleNamespace(vocab_size=20, seq_len=24, num_classes=10, dual=False)
+SPEC = types.SimpleNamespace(vocab_size=20, seq_len=24, num_classes=10, dual=False, pad_id=0)
 
 
 def _s5_published(**model):
