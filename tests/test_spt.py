@@ -368,3 +368,20 @@ def test_a_fine_tune_is_named_for_how_its_pretraining_departs(pretrained, tmp_pa
                                                       "eval.every_steps=4"])
   assert "pretrain.eval.every_steps=4" not in run_identity.start_departures(
       both.to_dict(), plain.to_dict(), config.to_dict(), reference)
+
+
+def test_the_fine_tune_command_a_pretraining_prints_takes_the_presets_budget(pretrained):
+  """A pretraining run's summary ends with the command that fine-tunes from it: its encoder's
+  settings and seed, but not its own length (train.num_steps=8 here, a phase's budget), which
+  would make the fine-tune as long as the pretraining."""
+  import shlex  # pylint: disable=import-outside-toplevel
+
+  from lra.runs import pack, run_identity  # pylint: disable=import-outside-toplevel
+  from lra.runs.command import run_config  # pylint: disable=import-outside-toplevel
+  stored = run_identity.read_config(pretrained / "config.json")
+  assert stored["train"]["num_steps"] == 8
+  command = pack.fine_tune_command(stored, pretrained)
+  assert "--config.eval.every_steps=4" in command and "train.num_steps" not in command
+  tune = run_config(shlex.split(command)[1:])
+  plain = resolve_config("listops", "latte", "smoke", [f"spt.init_from={pretrained}"])
+  assert tune.train.num_steps == plain.train.num_steps != 8

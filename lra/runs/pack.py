@@ -379,11 +379,15 @@ def fine_tune_command(config: dict[str, Any], run_dir: Path, *, partial: bool = 
   """The `lra run` command that fine-tunes from the self-pretraining run of `config` in
   `run_dir`: its task, mixer, preset, seed and settings (init_from.check asks for the same
   encoder and seed), `--allow-partial` when the pretraining is unfinished. None as for
-  resume_command."""
+  resume_command. The pretraining's own length and warm-up (train.num_steps, train.warmup_steps:
+  its phase's budget, set from spt.pretrain_steps) are not the fine-tune's, which takes the
+  preset's."""
   words = _run_words(config)
   if words is None:
     return None
   head, settings = words
+  budget = ("--config.train.num_steps=", "--config.train.warmup_steps=")
+  settings = [item for item in settings if not item.startswith(budget)]
   return shlex.join(["lra", "run", *head, "--init-from", str(run_dir),
                      *(["--allow-partial"] if partial else []), *settings])
 
