@@ -304,12 +304,18 @@ def test_committed_tables_are_current():
 def test_committed_runs_match_todays_configs():
   """Each committed run is what its folder's command resolves to today, so rerunning that
   command in a fresh clone skips or resumes it instead of failing on a stale config."""
+  import ml_collections
+
   from lra.runs import run_identity
-  from lra.runs.config_loading import preset_reference
+  from lra.runs.config_loading import default_run_dir, preset_reference
   stale = []
   for config_path in sorted((ROOT / "results" / "runs").glob("*/*/*/config.json")):
     config = json.loads(config_path.read_text())
-    name = run_identity.run_name(config, preset_reference(config))
+    # A fine-tune is also named for how its pretraining (a committed folder too) departs.
+    start = ROOT / ((config.get("spt") or {}).get("init_from") or "-") / "config.json"
+    pretraining = run_identity.read_config(start) if start.is_file() else None
+    name = default_run_dir(ml_collections.ConfigDict(config), ROOT, preset_reference(config),
+                           pretraining=pretraining).name
     if name != config_path.parent.name:
       stale.append(f"{config_path.parent.relative_to(ROOT)}: today it is {name}")
   assert not stale, "rerun these runs with today's code:\n" + "\n".join(stale)
