@@ -18,8 +18,14 @@ def _rows(text, preset, section=None):
   rows of one section (YOURS or COMMITTED; None: a block without headings)."""
   block = text.split(f"preset {preset}\n", 1)[1].split("\n\n", 1)[0].splitlines()
   header = block[0].split()
-  notes = [line for line in block if line.startswith("[")]
-  body = [line for line in block[1:] if line not in notes]
+  notes, body = [], []
+  for line in block[1:]:
+    if line.startswith("["):
+      notes.append(line)
+    elif line.startswith("    ") and notes:  # a note wrapped to the grid's width
+      notes[-1] += " " + line.strip()
+    else:
+      body.append(line)
   if section is not None:
     start = body.index(section) + 1
     ends = [i for i, line in enumerate(body) if line in (YOURS, COMMITTED) and i >= start]

@@ -55,24 +55,26 @@ def stopped(final: Mapping[str, Any], run_dir: Path | None = None) -> bool:
           and not run_lock.RunDirLock(Path(run_dir), take=False).held())
 
 
-def resume_text(run_dir: Path) -> str:
+def resume_text(run_dir: Path, shown: Path | None = None) -> str:
   """"`lra run ...` resumes it": the command that resumes a stopped run, from its config.json
-  (lra.runs.pack.resume_command); "" where the folder cannot say."""
+  (lra.runs.pack.resume_command), naming the folder as `shown` (default: `run_dir`, where it is
+  read); "" where the folder cannot say."""
   from lra.runs import pack  # pylint: disable=import-outside-toplevel (JAX: only when needed)
   try:
     command = pack.resume_command(run_identity.read_config(Path(run_dir) / "config.json"),
-                                  Path(run_dir))
+                                  Path(shown or run_dir))
   except (OSError, ValueError, KeyError):
     return ""
   return f"`{command}` resumes it" if command else ""
 
 
-def state_text(final: Mapping[str, Any], run_dir: Path | None = None) -> str:
+def state_text(final: Mapping[str, Any], run_dir: Path | None = None,
+               shown: Path | None = None) -> str:
   """The state of a run that is not complete, as tables, `lra status` and the ledger name it:
   "in progress: step 1,200 of 5,000, best so far 35.10% test at the best val step 1,000" (or
   ", no evaluation yet"); "stopped at step 1,200 of 5,000, ..." for a run no process is running
-  (`run_dir` given: with the command that resumes it); "diverged (loss not finite) at step 6 of
-  5,000, before its first evaluation"."""
+  (`run_dir` given: with the command that resumes it, naming the folder as `shown` if given);
+  "diverged (loss not finite) at step 6 of 5,000, before its first evaluation"."""
   status = final.get("status") or "unknown"
   if status in ("interrupted", "running"):  # a killed run's final.json still says running
     halted = stopped(final, run_dir)
@@ -82,7 +84,7 @@ def state_text(final: Mapping[str, Any], run_dir: Path | None = None) -> str:
     else:
       text += (f", best so far {_pct(final.get('test_accuracy'))} test at the best val step "
                f"{_count(number(final['best_step']))}")
-    resume = resume_text(run_dir) if halted and run_dir is not None else ""
+    resume = resume_text(run_dir, shown) if halted and run_dir is not None else ""
     return text + (f"; {resume}" if resume else "")
   where = "diverged (loss not finite)" if status == "diverged" else status
   text = f"{where} at {progress(final)}"

@@ -143,7 +143,8 @@ def grid(yours: Iterable[Mapping[str, Any]], committed: Iterable[Mapping[str, An
           halted = max((r for r in mine if (r["mixer"], _variant(r), r["source"], r["task"]) ==
                         (mixer, variant, source, task) and r["status"] != "complete"),
                        key=lambda r: run_summary.number(r["step"]) or 0)
-          resume = run_summary.resume_text(halted["path"]) if halted.get("path") else ""
+          resume = run_summary.resume_text(halted["path"], _from_here(halted["path"])) if (
+              halted.get("path")) else ""
           note = f"{TASK_TITLES.get(task, task)}, {mixer}: stopped; {resume}" if resume else note
         row.append((text, note))
       (table.yours if source == YOURS else table.committed).append(row)
@@ -156,9 +157,21 @@ def grid(yours: Iterable[Mapping[str, Any]], committed: Iterable[Mapping[str, An
           if note:
             marks.setdefault(note, len(marks) + 1)
           row[i] = text + (f" [{marks[note]}]" if note else "")
-    table.notes = [f"[{k}] {note}" for note, k in marks.items()]
+    table.notes = [textwrap.fill(f"[{k}] {note}", WIDTH, subsequent_indent="    ",
+                                 break_on_hyphens=False, break_long_words=False)
+                   for note, k in marks.items()]
     tables[preset] = table
   return tables
+
+
+def _from_here(path: str | Path) -> Path:
+  """A run folder as a command typed here names it: relative to the working folder when under
+  it."""
+  path = Path(path)
+  try:
+    return path.resolve().relative_to(Path.cwd().resolve())
+  except ValueError:
+    return path
 
 
 def render(tables: Mapping[str, Grid]) -> str:
