@@ -27,6 +27,14 @@ def classification_sums(logits: jax.Array, batch: Mapping[str, jax.Array]) -> di
   return {"loss_sum": jnp.sum(loss * w), "correct_sum": jnp.sum(correct * w), "count": jnp.sum(w)}
 
 
+def _exact(predictions: jax.Array, values: jax.Array, loss: str) -> jax.Array:
+  """Whether each value is predicted exactly: the argmax class ("ce"), or the nearest of the 256
+  levels to the prediction scaled back from [-1, 1] ("l1")."""
+  if loss == "ce":
+    return jnp.argmax(predictions, -1) == values
+  return jnp.round((predictions[..., 0] + 1.0) * 127.5) == values
+
+
 def denoising_sums(output: tuple[jax.Array, ...], loss: str) -> dict[str, jax.Array]:
   """The Denoiser's (predictions [N,T',P,V], values [N,T',P], hidden [N,T'], weight [N]) -> sums
   over hidden tokens only: unhidden tokens and pads add nothing, whatever their values.
@@ -39,11 +47,9 @@ def denoising_sums(output: tuple[jax.Array, ...], loss: str) -> dict[str, jax.Ar
   predictions = predictions.astype(jnp.float32)
   if loss == "ce":
     per_value = optax.softmax_cross_entropy_with_integer_labels(predictions, values)
-    correct = jnp.argmax(predictions, -1) == values
   else:
-    guess = predictions[..., 0]
-    per_value = jnp.abs(guess - (values.astype(jnp.float32) / 127.5 - 1.0))
-    correct = jnp.round((guess + 1.0) * 127.5) == values
+    per_value = jnp.abs(predictions[..., 0] - (values.astype(jnp.float32) / 127.5 - 1.0))
+  correct = _exact(predictions, values, loss)
   w = hidden.astype(jnp.float32) * weight[:, None]  # [N,T']
   return {"loss_sum": jnp.sum(jnp.mean(per_value, -1) * w),
           "correct_sum": jnp.sum(jnp.mean(correct.astype(jnp.float32), -1) * w),
@@ -56,11 +62,7 @@ def lit_sums(output: tuple[jax.Array, ...], loss: str) -> dict[str, jax.Array]:
   score over every hidden value mostly counts background (90% of a Pathfinder image's pixels
   are level 0 of 16), which predicting black everywhere would score as well."""
   predictions, values, hidden, weight = output
-  predictions = predictions.astype(jnp.float32)
-  if loss == "ce":
-    correct = jnp.argmax(predictions, -1) == values
-  else:
-    correct = jnp.round((predictions[..., 0] + 1.0) * 127.5) == values
+  correct = _exact(predictions.astype(jnp.float32), values, loss)
   lit = (values > 0) & hidden[..., None]  # [N,T',P]
   w = lit.astype(jnp.float32) * weight[:, None, None]
   return {"lit_correct_sum": jnp.sum(correct.astype(jnp.float32) * w), "lit_count": jnp.sum(w)}
