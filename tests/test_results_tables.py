@@ -2,6 +2,7 @@
 import csv
 import io
 import json
+import shutil
 import shlex
 import statistics
 import subprocess
@@ -679,6 +680,32 @@ def test_spt_rows_stand_in_their_own_column_and_pretraining_runs_in_no_table(tmp
   status = table_status.Status(made["task_rows"], res).spt(brief=True)
   assert ("of the 2 run on several seeds, every seed learns for 1 with SPT (latte) and 1 from "
           "scratch (softmax)") in status
+
+
+def test_fine_tunes_from_one_pretraining_are_one_experiment_whichever_version_recorded_it(
+    tmp_path):
+  """Seeds fine-tuned by two versions of the suite record their pretraining's fingerprint as each
+  version computed it; while the pretraining folders are there, the tables group them by the
+  fingerprint this code computes from those folders, so the seeds stay one experiment."""
+  res = tmp_path / "results"
+  ids = []
+  for seed, recorded in ((0, "6d0372f1"), (1, "b4f69304")):  # an older version's id, then ours
+    config = {"task": "pathfinder", "preset": "squares", "model": {"mixer": "latte", "dim": 8},
+              "mixers": {"latte": {}}, "train": {"num_steps": 20, "seed": seed}}
+    pre = write_run(res, "pathfinder", "latte", "squares", seed, 0.9, run=f"squares+pretrain_seed"
+                    f"{seed}", config={**config, "objective": "denoise"}, objective="denoise")
+    start = {"config_id": recorded, "run_dir": pre.relative_to(tmp_path).as_posix()}
+    write_run(res, "pathfinder", "latte", "squares", seed, 0.8, run=f"squares+spt_seed{seed}",
+              config={**config, "spt": {"init_from": start["run_dir"]}}, pretrained=start)
+    ids.append(start)
+  runs = results.load_runs(res, status="complete")
+  tunes = runs[runs["run"].str.contains("spt")]
+  assert tunes["config_id"].nunique() == 1, tunes[["run", "config_id"]]
+  assert len(results.summarize(tunes)) == 1
+  # With its pretraining gone, a fine-tune falls back on the id it recorded: the two split.
+  shutil.rmtree(tmp_path / ids[0]["run_dir"])
+  runs = results.load_runs(res, status="complete")
+  assert runs[runs["run"].str.contains("spt")]["config_id"].nunique() == 2
 
 
 def test_sweep_spt_plans_each_pretraining_before_its_fine_tune_and_chains_the_arrays(

@@ -23,7 +23,7 @@ import ml_collections
 from lra import errors
 from lra.models.build import tokens_seen
 from lra.report.table_rules import COMMITTED, YOURS
-from lra.runs.config_loading import preset_reference
+from lra.runs.config_loading import preset_reference, start_id
 from lra.runs.run_identity import as_trained, config_fingerprint, flatten
 
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
@@ -172,7 +172,8 @@ def load_runs(results_dir: Path | str = "results", *, status: str | None = None)
     row.update(run=run_dir.name, variant=_SEED_SUFFIX.sub("", run_dir.name),
                run_dir=run_dir.relative_to(results_dir.parent).as_posix(),
                config_id=config_fingerprint(config, reference,
-                                         start=(final.get("pretrained") or {}).get("config_id")),
+                                         start=start_id(final.get("pretrained"),
+                                                        results_dir.parent)),
                config=flatten(config),
                state=_state(final, run_dir))
     rows.append(row)

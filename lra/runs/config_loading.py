@@ -111,6 +111,21 @@ def preset_reference(config: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def start_id(pretrained: Mapping[str, Any] | None, base: Path | str = ".") -> str | None:
+  """The fingerprint of the pretraining a fine-tune loaded (final.json's `pretrained`), computed
+  by this code from that folder's config.json (relative to `base`) while the folder is there: a
+  fingerprint recorded by an older version of the suite may be computed differently, and seeds of
+  one experiment must not split by the version that ran them. Else the recorded one."""
+  if not pretrained:
+    return None
+  path = Path(base) / str(pretrained.get("run_dir", "")) / "config.json"
+  try:
+    config = run_identity.read_config(path)
+  except (OSError, ValueError):
+    return pretrained.get("config_id")
+  return run_identity.config_fingerprint(config, preset_reference(config))
+
+
 def default_run_dir(config: ml_collections.ConfigDict, results_dir: Path,
                     reference: Mapping[str, Any] | None = None,
                     pretraining: Mapping[str, Any] | None = None) -> Path:

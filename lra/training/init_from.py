@@ -21,7 +21,7 @@ from flax.training.train_state import TrainState
 
 from lra import errors
 from lra.runs import best_params, run_identity, writers
-from lra.runs.config_loading import preset_reference
+from lra.runs.config_loading import preset_reference, start_id
 
 # Settings of `model` that leave the encoder's parameters and function as they are: the
 # fine-tune may choose its own (dropout, the compute dtype, the classifier's head, ...).
@@ -93,7 +93,7 @@ def check_resumed(run_dir: Path, init_dir: Path) -> None:
   pretrained = run_identity.read_config(init_dir / "config.json")
   named = (run_identity.config_fingerprint(pretrained, preset_reference(pretrained)),
            run_identity.flatten(pretrained).get(run_identity.SEED_KEY))
-  started = (loaded["config_id"], run_identity.flatten(
+  started = (start_id(loaded), run_identity.flatten(
       run_identity.read_config(run_dir / "config.json")).get(run_identity.SEED_KEY))
   if named != started:
     raise errors.Conflict(
