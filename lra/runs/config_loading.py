@@ -111,6 +111,11 @@ def preset_reference(config: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def fingerprint(config: Mapping[str, Any]) -> str:
+  """A stored run config's fingerprint against today's preset (run_identity.config_fingerprint)."""
+  return run_identity.config_fingerprint(config, preset_reference(config))
+
+
 def start_id(pretrained: Mapping[str, Any] | None, base: Path | str = ".") -> str | None:
   """The fingerprint of the pretraining a fine-tune loaded (final.json's `pretrained`), computed
   by this code from that folder's config.json (relative to `base`) while the folder is there: a
@@ -123,7 +128,7 @@ def start_id(pretrained: Mapping[str, Any] | None, base: Path | str = ".") -> st
     config = run_identity.read_config(path)
   except (OSError, ValueError):
     return pretrained.get("config_id")
-  return run_identity.config_fingerprint(config, preset_reference(config))
+  return fingerprint(config)
 
 
 def default_run_dir(config: ml_collections.ConfigDict, results_dir: Path,

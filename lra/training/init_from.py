@@ -21,7 +21,7 @@ from flax.training.train_state import TrainState
 
 from lra import errors
 from lra.runs import best_params, run_identity, writers
-from lra.runs.config_loading import preset_reference, start_id
+from lra.runs.config_loading import fingerprint, start_id
 
 # Settings of `model` that leave the encoder's parameters and function as they are: the
 # fine-tune may choose its own (dropout, the compute dtype, the classifier's head, ...).
@@ -91,7 +91,7 @@ def check_resumed(run_dir: Path, init_dir: Path) -> None:
   if not loaded.get("config_id"):
     return
   pretrained = run_identity.read_config(init_dir / "config.json")
-  named = (run_identity.config_fingerprint(pretrained, preset_reference(pretrained)),
+  named = (fingerprint(pretrained),
            run_identity.flatten(pretrained).get(run_identity.SEED_KEY))
   started = (start_id(loaded), run_identity.flatten(
       run_identity.read_config(run_dir / "config.json")).get(run_identity.SEED_KEY))
@@ -184,8 +184,7 @@ def load(state: TrainState, config: Mapping[str, Any], data_record: Mapping[str,
     updates[kind] = {**target, "encoder": placed}
   digest = hashlib.sha256(serialization.msgpack_serialize(loaded)).hexdigest()
   record = {"run_dir": writers.portable(str(run_dir.resolve())), "status": final.get("status"),
-            "config_id": run_identity.config_fingerprint(pretrained,
-                                                         preset_reference(pretrained)),
+            "config_id": fingerprint(pretrained),
             "step": step, "num_steps": final.get("num_steps"),
             "val_accuracy": final.get("val_accuracy"), "val_loss": final.get("val_loss"),
             "params_sha256": digest}
