@@ -22,9 +22,8 @@ from typing import Any
 import ml_collections
 
 from lra.runs import run_identity
-from lra.runs.config_loading import (data_cache_dir, default_data_dir, default_run_dir, mixer_label,
-                                     missing_data, phase_overrides, preset_reference,
-                                     resolve_config)
+from lra.runs.config_loading import (data_cache_dir, default_data_dir, default_run_dir, fingerprint,
+                                     mixer_label, missing_data, phase_overrides, resolve_config)
 from lra.configs import common
 
 DEFAULT, PRESET, COMMAND_LINE = "default", "preset", "command line"
@@ -95,8 +94,7 @@ def _program(config: Any) -> tuple[str, str, str]:
   program, as the tables group runs (lra.report.results.load_runs' config_id)."""
   plain = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config
   mixer = mixer_label(ml_collections.ConfigDict(plain))
-  return (plain["task"], mixer,
-          run_identity.config_fingerprint(plain, preset_reference(plain)))
+  return plain["task"], mixer, fingerprint(plain)
 
 
 def _shown(path: Path) -> str:
