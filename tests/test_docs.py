@@ -282,9 +282,10 @@ def test_the_s5_screens_table_is_the_records():
   assert (ROOT / "docs" / "mixers.md").read_text() == s5_diagnosis.docs_text(records)
 
 
-def test_the_spt_pilot_table_is_the_run_folders():
-  """docs/protocol.md types no figure of the SPT pilot: its table is made from the run folders
-  (`python tools/cpu_table.py summary`)."""
+def test_the_spt_tables_are_the_run_folders():
+  """docs/protocol.md types no figure of the SPT runs: the pilot's table and the pairs beyond
+  squares are made from the run folders (`python tools/spt_summary.py`)."""
   sys.path.insert(0, str(ROOT / "tools"))
-  import cpu_table  # pylint: disable=import-outside-toplevel
-  assert (ROOT / "docs" / "protocol.md").read_text() == cpu_table.docs_text(cpu_table.table_runs())
+  import spt_summary  # pylint: disable=import-outside-toplevel
+  runs = spt_summary.table_runs()
+  assert (ROOT / "docs" / "protocol.md").read_text() == spt_summary.docs_text(runs)

@@ -11,7 +11,8 @@ squares"); the SPT runs and their pilot: docs/protocol.md ("Self-pretraining on 
   python tools/cpu_table.py run NAME [--core C] [--stop-after S]   # one run, or resume it
   python tools/cpu_table.py work --core C --stop-after S [--group G] [NAME ...]  # in turn
   python tools/cpu_table.py pack                               # archive every stopped run
-  python tools/cpu_table.py summary        # docs/protocol.md's SPT tables, the seeds' curves
+
+The tables and curves docs/protocol.md shows of these runs: tools/spt_summary.py.
 
 A run longer than a sitting stops sealed (`--stop-after`) and travels as its archive (`run.pack`,
 committed beside its files); `run` unpacks it on a machine without its checkpoints, as
@@ -28,10 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from pathfinder_study import CHANCE_LEFT, ROOT, run_pinned
+from pathfinder_study import ROOT, run_pinned
 
 from lra.models.mixers import MIXERS
-from lra.report.table_rules import decimals
 from lra.runs import pack, run_lock
 
 RUNS = ROOT / "results" / "runs"
@@ -56,11 +56,14 @@ class TableRun:
   task: str = "pathfinder"
   group: str = "squares"  # which list of docs/protocol.md it belongs to (`--group`)
   pretrain_steps: int | None = None  # an SPT pair's longer pretraining (the preset's: None)
+  committed_as: str = ""  # a committed run's name when not the preset's (spt_summary.SCRATCH_AS)
 
   @property
   def variant(self) -> str:
     """The name `lra` gives the run (run_identity.run_name): a longer pretraining departs in its
     train.num_steps, and its fine-tune is named for that start."""
+    if self.committed_as:
+      return self.committed_as
     longer = {"pretrain": f",train.num_steps={self.pretrain_steps}",
               "spt": f",pretrain.train.num_steps={self.pretrain_steps}"}
     return self.preset + (f"+{self.phase}" if self.phase else "") + (
@@ -224,131 +227,6 @@ def pixel_levels() -> dict:
           "arrays_sha256": run_identity.arrays_fingerprint(data.meta.get("arrays"))}
 
 
-DOCS = ROOT / "docs" / "protocol.md"
-MARKERS = ("<!-- spt-pilot:start -->", "<!-- spt-pilot:end -->")
-
-
-def _left(run_dir: Path, offset: int = 0) -> str:
-  """The first step (of the whole budget: `offset` pretraining steps before it) whose val accuracy
-  reached CHANCE_LEFT, or "never"/"not yet"."""
-  path = run_dir / "metrics.jsonl"
-  rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if (
-      path.exists()) else []
-  step = next((r["step"] for r in rows if r.get("val/accuracy", 0.0) >= CHANCE_LEFT), None)
-  if step is not None:
-    return f"{offset + step:,}"
-  final = json.loads((run_dir / "final.json").read_text()) if (run_dir / "final.json").exists() \
-      else {}
-  return "never" if final.get("status") == "complete" else "not yet"
-
-
-def _test(run: TableRun) -> str:
-  record = run.record()
-  if not record:
-    return "not run"
-  score = record.get("test_accuracy")
-  text = "" if score is None else decimals(100 * score)
-  return text if run.complete() else f"{text or '-'} ({run.status()})"
-
-
-def held_out(run: TableRun) -> dict:
-  """A pretraining's held-out denoising scores at its best checkpoint: from `lra eval RUN --split
-  val` (evals.jsonl: the whole val split) where it was run, else from final.json (the
-  evaluations' first eval.max_examples); the lit pixels' share is absent from runs made before it
-  was scored."""
-  evals = run.folder / "evals.jsonl"
-  for line in reversed(evals.read_text().splitlines() if evals.exists() else []):
-    record = json.loads(line)
-    if record.get("split") == "val" and record.get("checkpoint") == "best":
-      return {"loss": record["val/loss"], "accuracy": record["val/accuracy"],
-              "lit": record.get("val/lit_accuracy"), "source": "lra eval, whole val"}
-  final = run.record()
-  return {"loss": final.get("val_loss"), "accuracy": final.get("val_accuracy"),
-          "lit": final.get("val_lit_accuracy"), "source": "final.json"}
-
-
-def pilot_rows(runs: list[TableRun]) -> list[str]:
-  """The pilot's table: per block and seed, from scratch (the committed runs) and with SPT:
-  where each left chance (first val >= CHANCE_LEFT, in steps of the whole budget) and its test
-  accuracy at the best val step; the pretraining's held-out share of hidden values."""
-  lines = ["| block | seed | from scratch: val >= 55% at step | test % | SPT: pretraining held-out "
-           "loss per hidden value | % of hidden values right (of lit ones) | val >= 55% at step "
-           "(pretraining counted) | test % |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|"]
-  for run in (r for r in runs if r.group == "pilot" and r.phase == "spt"):
-    scratch = TableRun(run.mixer, run.preset, run.seed)
-    pre = held_out(run.pretraining) if run.pretraining.complete() else {}
-    steps = run.pretraining.record().get("step", 0) if run.pretraining.complete() else 0
-    block = run.mixer + (" (own block)" if run.preset.endswith("_published") else "") + (
-        f", pretrained {run.pretrain_steps:,} steps" if run.pretrain_steps else "")
-    loss = "-" if pre.get("loss") is None else f"{pre['loss']:.3f}"
-    right = "-" if pre.get("accuracy") is None else decimals(100 * pre["accuracy"]) + (
-        "" if pre.get("lit") is None else f" ({decimals(100 * pre['lit'])})")
-    lines.append(f"| {block} | {run.seed} | {_left(scratch.folder)} | {_test(scratch)} | {loss} | "
-                 f"{right} | {_left(run.folder, steps)} | {_test(run)} |")
-  return lines
-
-
-def levels_line() -> list[str]:
-  """The floor under the pretraining columns, from results/squares/pixel_levels.json."""
-  if not LEVELS.exists():
-    return []
-  floor = json.loads(LEVELS.read_text())
-  return [f"The floor: predicting every hidden value from the training images' {floor['levels']} "
-          f"level frequencies alone scores a loss of {floor['val_loss_of_train_frequencies']:.3f} "
-          f"and {decimals(100 * floor['val_background_share'])}% right (0 of the lit ones: its "
-          "guess is the background everywhere) on the val images "
-          f"({LEVELS.relative_to(ROOT)}, `python tools/cpu_table.py levels`).", ""]
-
-
-def docs_text(runs: list[TableRun]) -> str:
-  from lra.report.tables import splice_readme  # pylint: disable=import-outside-toplevel
-  block = "\n".join([MARKERS[0], "<!-- Generated by `python tools/cpu_table.py summary` from the "
-                      "run folders; do not edit between these markers. -->", "",
-                      *pilot_rows(runs), "", *levels_line(), MARKERS[1]])
-  return splice_readme(DOCS.read_text(), block, DOCS, MARKERS, "python tools/cpu_table.py summary")
-
-
-FIGURE = ROOT / "results" / "squares" / "curves_spt.png"
-
-
-def seeds_figure(runs: list[TableRun]):
-  """Val accuracy of every seed of the mixers run with several (Latte, softmax, S5, Linformer,
-  S5's own block) on squares, one panel from scratch and one with SPT: a fine-tune drawn from
-  the step its pretraining ended, so both panels span the same 20,000-step budget."""
-  from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
-
-  from lra.report import plot, results  # pylint: disable=import-outside-toplevel
-  blocks = [("latte", "squares"), ("softmax", "squares"), ("s5", "squares"),
-            ("linformer", "squares"), ("s5", "squares_published")]
-  colours = dict(zip(blocks, plot.distinct_colours(len(blocks))))
-  fig = Figure(figsize=(12, 4.6), dpi=120, layout="constrained")
-  panels = fig.subplots(1, 2, sharey=True)
-  for ax, phase, title in ((panels[0], "", "from scratch (20,000 steps)"),
-                           (panels[1], "spt", "SPT: 8,000 steps pretraining, then fine-tuning")):
-    for run in (r for r in runs if r.phase == phase and (r.mixer, r.preset) in colours
-                and not r.pretrain_steps):
-      if not (run.folder / "metrics.jsonl").exists():
-        continue
-      curves = results.load_curves(run.folder).dropna(subset=["val/accuracy"])
-      offset = run.pretraining.record().get("step", 0) if run.pretraining else 0
-      own = run.preset.endswith("_published")
-      ax.plot(offset + curves["step"], 100 * curves["val/accuracy"], color=colours[
-          run.mixer, run.preset], linestyle=("-", "--", ":")[run.seed % 3], linewidth=1.3,
-              label=f"{run.mixer}{' (own block)' if own else ''} seed {run.seed}"
-              + ("" if run.complete() else " (unfinished)"))
-    if phase:
-      ax.axvspan(0, 8000, color="0.92", label="pretraining")
-    ax.axhline(100 * CHANCE_LEFT, color="0.5", linestyle=":", linewidth=1)
-    ax.set(xlabel="step of the 20,000-step budget", title=title, xlim=(0, 20000))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="x-small", ncols=2, loc="upper left")
-  panels[0].set_ylabel("val accuracy (%)")
-  fig.suptitle("Pathfinder on 4x4 squares: every seed's val accuracy (dotted line: 55%, "
-               "where a run counts as leaving chance)")
-  return fig
-
-
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   sub = parser.add_subparsers(dest="command", required=True)
@@ -366,7 +244,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stop-after", type=float, metavar="SECONDS", required=p is worker,
                    help="stop sealed within SECONDS; the same command resumes")
   sub.add_parser("pack")
-  sub.add_parser("summary")
   sub.add_parser("levels", help="the pixel levels' frequencies: the pretraining's floor")
   args = parser.parse_args(argv)
   runs = table_runs()
@@ -388,12 +265,6 @@ def main(argv: list[str] | None = None) -> int:
     LEVELS.parent.mkdir(parents=True, exist_ok=True)
     LEVELS.write_text(json.dumps(pixel_levels(), indent=2) + "\n")
     print(f"wrote {LEVELS.relative_to(ROOT)}")
-    return 0
-  if args.command == "summary":
-    DOCS.write_text(docs_text(runs))
-    FIGURE.parent.mkdir(parents=True, exist_ok=True)
-    seeds_figure(table_runs()).savefig(FIGURE)
-    print(f"wrote {DOCS} and {FIGURE.relative_to(ROOT)}")
     return 0
   pack_stopped(runs)
   return 0
