@@ -666,6 +666,8 @@ def test_spt_rows_stand_in_their_own_column_and_pretraining_runs_in_no_table(tmp
   assert "90.00" not in body
   status = table_status.Status(made["task_rows"], res).spt(brief=True)
   assert "of the 4 with a from-scratch row, 3 leave chance with SPT and 1 from scratch" in status
+  # Where leaving chance says nothing (every ListOps row leaves it), the change in score does.
+  assert "3 score higher with SPT (mean +11.55 points)" in status
   assert "between the squares SPT column and the published Pathfinder column, over the" in status
   assert "several seeds" not in status  # one seed each: nothing to say of seeds yet
   # Second seeds: Latte learns on both with SPT, not from scratch; softmax the other way round.

@@ -162,6 +162,10 @@ class Status:
         text += (f"; of the {len(both)} with a from-scratch row, "
                  f"{sum(not r['at_chance'] for r in both)} leave chance with SPT and "
                  f"{sum(not scratch[r['mixer']]['at_chance'] for r in both)} from scratch")
+        # Where every row leaves chance either way (ListOps), the count says nothing: the scores do.
+        gains = [r["test_accuracy"] - scratch[r["mixer"]]["test_accuracy"] for r in both]
+        text += (f", {sum(g > 0 for g in gains)} score higher with SPT (mean "
+                 f"{sum(gains) / len(gains):+.2f} points)")
       text += _every_seed(spt, scratch)
       if not brief:
         text += f" ({_budget(spt)} of fine-tuning): {_scores(spt)}"
