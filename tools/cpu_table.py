@@ -198,35 +198,6 @@ def pack_stopped(runs: list[TableRun]) -> None:
       print(f"packed {run.name}: {run.status()}")
 
 
-LEVELS = ROOT / "results" / "squares" / "pixel_levels.json"
-
-
-def pixel_levels() -> dict:
-  """What the training images' level frequencies alone predict of the held-out pixels (the `squares`
-  data, 16 levels): the pretraining's floor. The best constant guess is the frequencies
-  themselves (cross-entropy on val), its argmax the background (level 0) everywhere."""
-  import numpy as np  # pylint: disable=import-outside-toplevel
-
-  from lra.runs import run_identity  # pylint: disable=import-outside-toplevel
-  from lra.runs.config_loading import (  # pylint: disable=import-outside-toplevel
-      default_data_dir, load_data, resolve_config)
-  config = resolve_config("pathfinder", "latte", "squares", ["objective=denoise"])
-  data = load_data(config, default_data_dir())
-  levels = config.spt.pixel_levels
-  counts = {split: np.zeros(levels) for split in ("train", "val")}
-  for split, total in counts.items():
-    inputs = data.split(split)["inputs"]
-    for start in range(0, len(inputs), 10_000):
-      total += np.bincount((np.asarray(inputs[start:start + 10_000]) // (256 // levels)).ravel(),
-                           minlength=levels)
-  train, val = (counts[s] / counts[s].sum() for s in ("train", "val"))
-  return {"levels": levels, "train_background_share": float(train[0]),
-          "val_background_share": float(val[0]),
-          "val_loss_of_train_frequencies": float(-(val * np.log(train)).sum()),
-          "data": str(config.data.cache_name),
-          "arrays_sha256": run_identity.arrays_fingerprint(data.meta.get("arrays"))}
-
-
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   sub = parser.add_subparsers(dest="command", required=True)
@@ -244,7 +215,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stop-after", type=float, metavar="SECONDS", required=p is worker,
                    help="stop sealed within SECONDS; the same command resumes")
   sub.add_parser("pack")
-  sub.add_parser("levels", help="the pixel levels' frequencies: the pretraining's floor")
   args = parser.parse_args(argv)
   runs = table_runs()
   if getattr(args, "group", None):
@@ -261,11 +231,6 @@ def main(argv: list[str] | None = None) -> int:
   if args.command == "work":
     chosen = [next(r for r in runs if r.name == n) for n in args.names] if args.names else runs
     return work(chosen, args.core, args.stop_after)
-  if args.command == "levels":
-    LEVELS.parent.mkdir(parents=True, exist_ok=True)
-    LEVELS.write_text(json.dumps(pixel_levels(), indent=2) + "\n")
-    print(f"wrote {LEVELS.relative_to(ROOT)}")
-    return 0
   pack_stopped(runs)
   return 0
 

@@ -4,15 +4,18 @@ Pathfinder) beside their from-scratch rows; every seed's curves on squares; gene
 folders, never typed.
 
   python tools/spt_summary.py      # rewrites docs/protocol.md's generated blocks and the figures
+  python tools/spt_summary.py --floors  # first recomputes what token frequencies alone predict
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
+import re
 import sys
 from pathlib import Path
 
-from cpu_table import LEVELS, TableRun, table_runs
+from cpu_table import TableRun, table_runs
 from pathfinder_study import CHANCE_LEFT, ROOT
 
 from lra.report.table_rules import decimals
@@ -85,16 +88,78 @@ def pilot_rows(runs: list[TableRun]) -> list[str]:
   return lines
 
 
+FLOORS = ROOT / "results" / "spt" / "floors.json"
+# The data each SPT group pretrains on, as (task, preset).
+FLOOR_DATA = (("pathfinder", "squares"), ("listops", "laptop"), ("pathfinder", "laptop"))
+
+
+def frequency_floor(task: str, preset: str) -> dict:
+  """What the training inputs' value frequencies alone predict of the hidden held-out values: the
+  pretraining's floor. Hidden tokens are drawn uniformly among the real ones (pads never), so the
+  best constant guess is the training frequencies (its loss: their cross-entropy on val) and its
+  argmax the most frequent value (on pixels the background) everywhere. Values are what the
+  denoiser predicts: pixel levels (spt.pixel_levels) or a vocabulary's ids."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+
+  from lra.runs import run_identity  # pylint: disable=import-outside-toplevel
+  from lra.runs.config_loading import (  # pylint: disable=import-outside-toplevel
+      default_data_dir, load_data, resolve_config)
+  config = resolve_config(task, "latte", preset, ["objective=denoise"])
+  data = load_data(config, default_data_dir())
+  pad = data.spec.pad_id
+  classes = config.spt.pixel_levels if pad is None else data.spec.vocab_size
+  counts = {split: np.zeros(classes) for split in ("train", "val")}
+  for split, total in counts.items():
+    inputs = data.split(split)["inputs"]
+    for start in range(0, len(inputs), 10_000):
+      values = np.asarray(inputs[start:start + 10_000])
+      values = values[values != pad] if pad is not None else values // (256 // classes)
+      total += np.bincount(values.ravel(), minlength=classes)
+  train, val = (counts[s] / counts[s].sum() for s in ("train", "val"))
+  seen = val > 0
+  top = int(train.argmax())
+  # A fixed vocabulary names its ids in meta.json ("0=<pad> 1=0 ... 15=]").
+  named = re.search(rf"(?:^|\s){top}=(\S+)", str(data.meta.get("tokenizer", "")))
+  return {"classes": classes, "kind": "pixel levels" if pad is None else "token ids",
+          "most_frequent": top, "most_frequent_token": named.group(1) if named else None,
+          "val_most_frequent_share": float(val[top]),
+          "val_loss_of_train_frequencies": float(-(val[seen] * np.log(train[seen])).sum()),
+          "data": str(config.data.cache_name),
+          "arrays_sha256": run_identity.arrays_fingerprint(data.meta.get("arrays"))}
+
+
+def floors() -> dict:
+  return json.loads(FLOORS.read_text()) if FLOORS.exists() else {}
+
+
+def floor_text(task: str, preset: str) -> str:
+  """One sentence: the frequency floor under a pretraining's held-out scores."""
+  floor = floors().get(f"{task}/{preset}")
+  if not floor:
+    return ""
+  guess = "the background everywhere" if floor["kind"] == "pixel levels" else (
+      f"id {floor['most_frequent']}" + (f" (`{floor['most_frequent_token']}`)" if floor.get(
+          "most_frequent_token") else "") + " everywhere")
+  return (f"predicting every hidden value from the training inputs' {floor['classes']} "
+          f"{floor['kind']}' frequencies alone scores a loss of "
+          f"{floor['val_loss_of_train_frequencies']:.3f} and "
+          f"{decimals(100 * floor['val_most_frequent_share'])}% right (its guess: {guess}) on the "
+          "val inputs")
+
+
 def levels_line() -> list[str]:
-  """The floor under the pretraining columns, from results/squares/pixel_levels.json."""
-  if not LEVELS.exists():
-    return []
-  floor = json.loads(LEVELS.read_text())
-  return [f"The floor: predicting every hidden value from the training images' {floor['levels']} "
-          f"level frequencies alone scores a loss of {floor['val_loss_of_train_frequencies']:.3f} "
-          f"and {decimals(100 * floor['val_background_share'])}% right (0 of the lit ones: its "
-          "guess is the background everywhere) on the val images "
-          f"({LEVELS.relative_to(ROOT)}, `python tools/cpu_table.py levels`).", ""]
+  """The floor under the pilot's pretraining columns (squares)."""
+  text = floor_text("pathfinder", "squares")
+  return [f"The floor: {text}; none of the lit pixels are right ({FLOORS.relative_to(ROOT)}, "
+          "`python tools/spt_summary.py --floors`).", ""] if text else []
+
+
+def beyond_floors() -> list[str]:
+  """The floors under the pairs beyond squares."""
+  lines = [f"The floor on {title}: {text}." for title, text in (
+      ("ListOps", floor_text("listops", "laptop")),
+      ("the 1,024 pixels", floor_text("pathfinder", "laptop"))) if text]
+  return ([" ".join(lines) + f" ({FLOORS.relative_to(ROOT)})", ""] if lines else [])
 
 
 # A from-scratch row committed under another name than its preset's: S5's own block on ListOps ran
@@ -145,7 +210,7 @@ def docs_text(runs: list[TableRun]) -> str:
   from lra.report.tables import splice_readme  # pylint: disable=import-outside-toplevel
   text = DOCS.read_text()
   for markers, lines in ((MARKERS, [*pilot_rows(runs), "", *levels_line()]),
-                         (BEYOND_MARKERS, [*beyond_rows(runs), ""])):
+                         (BEYOND_MARKERS, [*beyond_rows(runs), "", *beyond_floors()])):
     block = "\n".join([markers[0], GENERATED, "", *lines, markers[1]])
     text = splice_readme(text, block, DOCS, markers, "python tools/spt_summary.py")
   return text
@@ -241,7 +306,14 @@ def beyond_figure(runs: list[TableRun]):
   return fig
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--floors", action="store_true", help="first recompute the pretraining "
+                      "data's frequency floors (results/spt/floors.json): reads every split")
+  if parser.parse_args(argv).floors:
+    FLOORS.parent.mkdir(parents=True, exist_ok=True)
+    FLOORS.write_text(json.dumps({f"{task}/{preset}": frequency_floor(task, preset)
+                                  for task, preset in FLOOR_DATA}, indent=2) + "\n")
   runs = table_runs()
   DOCS.write_text(docs_text(runs))
   for path, draw in ((FIGURE, seeds_figure), (BEYOND_FIGURE, beyond_figure)):
