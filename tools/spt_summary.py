@@ -189,7 +189,8 @@ def beyond_rows(runs: list[TableRun]) -> list[str]:
   """The SPT pairs beyond squares (ListOps, the 1,024-pixel Pathfinder), each beside its
   from-scratch row: test accuracy at the best val step, steps, and what its pretraining learned."""
   lines = ["| task | block | from scratch: test % | steps | SPT: pretraining steps | held-out loss "
-           "per hidden token | % of hidden tokens right | fine-tune steps | test % |",
+           "per hidden value | % of hidden values right (pixels: of the lit ones) | fine-tune "
+           "steps | test % |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
   titles = {"listops": "ListOps `laptop`", "pathfinder": "Pathfinder `laptop` (1,024 pixels)"}
   for run in (r for r in runs if r.group in ("listops", "pixels") and r.phase == "spt"):
@@ -199,7 +200,8 @@ def beyond_rows(runs: list[TableRun]) -> list[str]:
     pre = held_out(run.pretraining) if done else {}
     pre_steps = _scores(run.pretraining)[1] if done else run.pretraining.status()
     loss = "-" if pre.get("loss") is None else f"{pre['loss']:.3f}"
-    right = "-" if pre.get("accuracy") is None else decimals(100 * pre["accuracy"])
+    right = "-" if pre.get("accuracy") is None else decimals(100 * pre["accuracy"]) + (
+        "" if pre.get("lit") is None else f" ({decimals(100 * pre['lit'])})")
     test, steps = _scores(run)
     lines.append(f"| {titles[run.task]} | {block} | {scratch_test} | {scratch_steps} | {pre_steps} "
                  f"| {loss} | {right} | {steps} | {test} |")
@@ -219,13 +221,20 @@ def docs_text(runs: list[TableRun]) -> str:
 FIGURE = ROOT / "results" / "squares" / "curves_spt.png"
 
 
+def _val_curve(run: TableRun):
+  """A run's evaluations (step, val/accuracy, ...) as a DataFrame; None before its first one."""
+  from lra.report import results  # pylint: disable=import-outside-toplevel
+  curves = results.load_curves(run.folder)
+  return curves.dropna(subset=["val/accuracy"]) if "val/accuracy" in curves else None
+
+
 def seeds_figure(runs: list[TableRun]):
   """Val accuracy of every seed of the mixers run with several (Latte, softmax, S5, Linformer,
   S5's own block) on squares, one panel from scratch and one with SPT: a fine-tune drawn from
   the step its pretraining ended, so both panels span the same 20,000-step budget."""
   from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
 
-  from lra.report import plot, results  # pylint: disable=import-outside-toplevel
+  from lra.report import plot  # pylint: disable=import-outside-toplevel
   blocks = [("latte", "squares"), ("softmax", "squares"), ("s5", "squares"),
             ("linformer", "squares"), ("s5", "squares_published")]
   colours = dict(zip(blocks, plot.distinct_colours(len(blocks))))
@@ -235,9 +244,9 @@ def seeds_figure(runs: list[TableRun]):
                            (panels[1], "spt", "SPT: 8,000 steps pretraining, then fine-tuning")):
     for run in (r for r in runs if r.phase == phase and (r.mixer, r.preset) in colours
                 and not r.pretrain_steps):
-      if not (run.folder / "metrics.jsonl").exists():
+      curves = _val_curve(run)
+      if curves is None:
         continue
-      curves = results.load_curves(run.folder).dropna(subset=["val/accuracy"])
       offset = run.pretraining.record().get("step", 0) if run.pretraining else 0
       own = run.preset.endswith("_published")
       ax.plot(offset + curves["step"], 100 * curves["val/accuracy"], color=colours[
@@ -268,7 +277,7 @@ def beyond_figure(runs: list[TableRun]):
   pair)."""
   from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
 
-  from lra.report import plot, results  # pylint: disable=import-outside-toplevel
+  from lra.report import plot  # pylint: disable=import-outside-toplevel
   pairs = [r for r in runs if r.group in ("listops", "pixels") and r.phase == "spt"]
   extra = [TableRun("softmax", "laptop", group="pixels")]
   blocks = sorted({(r.mixer, r.preset) for r in pairs + extra})
@@ -277,10 +286,10 @@ def beyond_figure(runs: list[TableRun]):
   panels = dict(zip(("listops", "pathfinder"), fig.subplots(1, 2)))
   chance = {"listops": 0.1, "pathfinder": 0.5}
   for curve_run in [scratch_twin(r) for r in pairs] + extra + pairs:
-    if not (curve_run.folder / "metrics.jsonl").exists():
+    curves = _val_curve(curve_run)
+    if curves is None:
       continue
     ax = panels[curve_run.task]
-    curves = results.load_curves(curve_run.folder).dropna(subset=["val/accuracy"])
     spt = curve_run.phase == "spt"
     offset = curve_run.pretraining.record().get("step", 0) if spt else 0
     own = " (own block)" if curve_run.preset.endswith("_published") else ""
