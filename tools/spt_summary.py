@@ -117,6 +117,7 @@ def frequency_floor(task: str, preset: str) -> dict:
       total += np.bincount(values.ravel(), minlength=classes)
   train, val = (counts[s] / counts[s].sum() for s in ("train", "val"))
   seen = val > 0
+  local = _neighbour_floor(data, classes) if config.model.get("patch", 1) == 1 else {}
   top = int(train.argmax())
   # A fixed vocabulary names its ids in meta.json ("0=<pad> 1=0 ... 15=]").
   named = re.search(rf"(?:^|\s){top}=(\S+)", str(data.meta.get("tokenizer", "")))
@@ -124,8 +125,38 @@ def frequency_floor(task: str, preset: str) -> dict:
           "most_frequent": top, "most_frequent_token": named.group(1) if named else None,
           "val_most_frequent_share": float(val[top]),
           "val_loss_of_train_frequencies": float(-(val[seen] * np.log(train[seen])).sum()),
-          "data": str(config.data.cache_name),
+          **local, "data": str(config.data.cache_name),
           "arrays_sha256": run_identity.arrays_fingerprint(data.meta.get("arrays"))}
+
+
+NEIGHBOUR_ROWS = 20_000  # training rows the neighbour statistics count (the rest adds little)
+
+
+def _neighbour_floor(data, classes: int) -> dict:
+  """What a hidden value's two neighbours (left and right, seen unhidden) predict of it: the
+  training rows' counts of (left, right) -> value, smoothed, scored on val. A reference for how
+  much of the data a local model could learn beyond the frequencies (the denoiser sees fewer:
+  some neighbours are hidden too); pixels binned as `values`, one value per token."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  pad = data.spec.pad_id
+
+  def triples(inputs):
+    x = np.asarray(inputs).astype(np.int64)
+    if pad is None:
+      x = x // (256 // classes) + 1  # 0: beyond the sequence's ends
+    edge = np.zeros((len(x), 1), np.int64)
+    left, right = np.hstack([edge, x[:, :-1]]), np.hstack([x[:, 1:], edge])
+    real = x != 0
+    return left[real], right[real], x[real]
+
+  counts = np.full((classes + 1,) * 3, 1e-3, np.float32)
+  left, right, value = triples(data.split("train")["inputs"][:NEIGHBOUR_ROWS])
+  np.add.at(counts, (left, right, value), 1)
+  counts /= counts.sum(-1, keepdims=True)
+  left, right, value = triples(data.split("val")["inputs"])
+  guess = counts[left, right]
+  return {"val_loss_given_neighbours": float(-np.log(guess[np.arange(len(value)), value]).mean()),
+          "val_right_given_neighbours": float((guess.argmax(-1) == value).mean())}
 
 
 def floors() -> dict:
@@ -144,7 +175,10 @@ def floor_text(task: str, preset: str) -> str:
           f"{floor['kind']}' frequencies alone scores a loss of "
           f"{floor['val_loss_of_train_frequencies']:.3f} and "
           f"{decimals(100 * floor['val_most_frequent_share'])}% right (its guess: {guess}) on the "
-          "val inputs")
+          "val inputs" + ("" if "val_loss_given_neighbours" not in floor else
+                          "; its two neighbours, seen, predict a hidden value to a loss of "
+                          f"{floor['val_loss_given_neighbours']:.3f} and "
+                          f"{decimals(100 * floor['val_right_given_neighbours'])}% right"))
 
 
 def levels_line() -> list[str]:
