@@ -197,8 +197,8 @@ def beyond_floors() -> list[str]:
 
 
 # A from-scratch row committed under another name than its preset's: S5's own block on ListOps ran
-# on exact-length micro-batches (the same batches, split by length: the same gradient, since
-# every mixer is padding-invariant, tests/test_mixer_properties.py), to fit a session.
+# from length buckets before the preset padded BatchNorm's batches to the task's length
+# (docs/protocol.md, "S5's own architecture on the laptop budget"): the nearest row, named as such.
 SCRATCH_AS = {("listops", "s5", "laptop_published"): "laptop_published+data.bucketing=True,"
                                                       "data.padding=batch"}
 
