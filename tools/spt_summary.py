@@ -198,7 +198,8 @@ def beyond_floors() -> list[str]:
 
 # A from-scratch row committed under another name than its preset's: S5's own block on ListOps ran
 # from length buckets before the preset padded BatchNorm's batches to the task's length
-# (docs/protocol.md, "S5's own architecture on the laptop budget"): the nearest row, named as such.
+# (docs/protocol.md, "S5's own architecture on the laptop budget (`laptop_published`)"): the
+# nearest row, named as such.
 SCRATCH_AS = {("listops", "s5", "laptop_published"): "laptop_published+data.bucketing=True,"
                                                       "data.padding=batch"}
 
