@@ -684,6 +684,23 @@ def test_spt_rows_stand_in_their_own_column_and_pretraining_runs_in_no_table(tmp
           "scratch (softmax)") in status
 
 
+def test_one_spt_pair_on_a_preset_is_told_by_its_two_scores(tmp_path):
+  """With a single SPT pair on a preset (the 1,024 pixels: Latte only), the status names the
+  mixer and its two scores instead of counts of one, and says when both sit at chance."""
+  from lra.report import table_status, tables
+  res = tmp_path / "results"
+  write_run(res, "pathfinder", "latte", "laptop", 0, 0.4885, chance=0.5, majority=0.5)
+  config = {"task": "pathfinder", "preset": "laptop", "model": {"mixer": "latte", "dim": 8},
+            "mixers": {"latte": {}}, "train": {"num_steps": 20}, "spt": {"init_from": "x"}}
+  write_run(res, "pathfinder", "latte", "laptop", 0, 0.4890, chance=0.5, majority=0.5,
+            run="laptop+spt_seed0", config=config)
+  _, made = tables._build(res)  # pylint: disable=protected-access
+  status = table_status.Status(made["task_rows"], res).spt(brief=True)
+  assert ("LRA's Pathfinder (`laptop`, 1,024 pixels): 1 mixer complete; latte 48.90% with SPT "
+          "against 48.85% from scratch (at chance both ways)") in status
+  assert "of the 1 with" not in status
+
+
 def test_fine_tunes_from_one_pretraining_are_one_experiment_whichever_version_recorded_it(
     tmp_path):
   """Seeds fine-tuned by two versions of the suite record their pretraining's fingerprint as each

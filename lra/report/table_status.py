@@ -157,8 +157,15 @@ class Status:
         continue
       scratch = {r["mixer"]: r for r in self._task(task, preset)}
       both = [r for r in spt if r["mixer"] in scratch]
-      text = f"{title}: {len(spt)} mixer(s) complete"
-      if both:
+      text = f"{title}: {len(spt)} {'mixer' if len(spt) == 1 else 'mixers'} complete"
+      if len(both) == 1:
+        # One pair: its two scores say more than counts of one.
+        row, = both
+        text += (f"; {row['mixer']} {_pct(row['test_accuracy'])} with SPT against "
+                 f"{_pct(scratch[row['mixer']]['test_accuracy'])} from scratch")
+        if row["at_chance"] and scratch[row["mixer"]]["at_chance"]:
+          text += " (at chance both ways)"
+      elif both:
         text += (f"; of the {len(both)} with a from-scratch row, "
                  f"{sum(not r['at_chance'] for r in both)} leave chance with SPT and "
                  f"{sum(not scratch[r['mixer']]['at_chance'] for r in both)} from scratch")
