@@ -699,6 +699,13 @@ def test_one_spt_pair_on_a_preset_is_told_by_its_two_scores(tmp_path):
   assert ("LRA's Pathfinder (`laptop`, 1,024 pixels): 1 mixer complete; latte 48.90% with SPT "
           "against 48.85% from scratch (at chance both ways)") in status
   assert "of the 1 with" not in status
+  # A from-scratch row of several seeds says it is their mean, beside a single SPT seed.
+  for seed, accuracy in ((1, 0.5050), (2, 0.4990)):
+    write_run(res, "pathfinder", "latte", "laptop", seed, accuracy, chance=0.5, majority=0.5)
+  _, made = tables._build(res)  # pylint: disable=protected-access
+  status = table_status.Status(made["task_rows"], res).spt(brief=True)
+  assert ("latte 48.90% with SPT against 49.75% (mean of 3 seeds: 48.85-50.50%) from "
+          "scratch") in status
 
 
 def test_fine_tunes_from_one_pretraining_are_one_experiment_whichever_version_recorded_it(

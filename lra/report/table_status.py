@@ -159,11 +159,13 @@ class Status:
       both = [r for r in spt if r["mixer"] in scratch]
       text = f"{title}: {len(spt)} {'mixer' if len(spt) == 1 else 'mixers'} complete"
       if len(both) == 1:
-        # One pair: its two scores say more than counts of one.
+        # One pair: its two scores say more than counts of one; each says how many seeds it
+        # averages, since the from-scratch row may have more than the SPT one.
         row, = both
-        text += (f"; {row['mixer']} {_pct(row['test_accuracy'])} with SPT against "
-                 f"{_pct(scratch[row['mixer']]['test_accuracy'])} from scratch")
-        if row["at_chance"] and scratch[row["mixer"]]["at_chance"]:
+        base = scratch[row["mixer"]]
+        text += (f"; {row['mixer']} {_pct(row['test_accuracy'])}{_seeds(row)} with SPT against "
+                 f"{_pct(base['test_accuracy'])}{_seeds(base)} from scratch")
+        if row["at_chance"] and base["at_chance"]:
           text += " (at chance both ways)"
       elif both:
         text += (f"; of the {len(both)} with a from-scratch row, "
