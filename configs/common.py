@@ -174,6 +174,7 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.model.final_norm = False        # True: a norm before pooling (LayerNorm; RMSNorm under "++")
   c.model.head = "linear"           # linear: Dense(C) | mlp: Dense(D)-GELU-Dense(C)
   c.model.s5_gate = "half_glu1"     # block "s5": half_glu1 | half_glu2 (S5's gated output layer)
+  c.model.s5_dropout = "elementwise"  # block "s5": elementwise | s5 (S5's masks; encoder.py)
   # block: each block's own norm (LayerNorm; RMSNorm under plusplus) | batch: BatchNorm over batch
   # and time, pads included, running statistics at evaluation (S5's LRA runs, --batchnorm=True).
   c.model.norm = "block"
@@ -189,6 +190,7 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.train.learning_rate = 1e-3
   c.train.weight_decay = 0.01
   c.train.schedule = "cosine"       # cosine (Latte paper) | rsqrt (original LRA) | linear (Mega)
+  #                                   | s5_cosine (S5's trainer's rates; lra/training/optim.py)
   c.train.warmup_steps = 0
   c.train.b1 = 0.9                  # AdamW moments (optax defaults)
   c.train.b2 = 0.999

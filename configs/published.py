@@ -134,6 +134,7 @@ def _s5(c: ml_collections.ConfigDict, row: S5Row, num_train: int) -> None:
   c.data.padding, c.data.bucketing, c.train.grad_accum_steps = "fixed", False, 1
   c.model.num_layers, c.model.dim = row.layers, row.dim
   c.model.dropout = row.dropout
+  c.model.s5_dropout = "s5"  # s5/layers.py: one mask per feature over the sequence, none at input
   c.model.final_norm = False
   s5 = c.mixers.s5
   s5.state_size, s5.blocks, s5.c_init = row.state_size, row.blocks, row.c_init
@@ -142,7 +143,9 @@ def _s5(c: ml_collections.ConfigDict, row: S5Row, num_train: int) -> None:
   steps_per_epoch = num_train // row.batch_size
   t = c.train
   t.batch_size, t.num_steps = row.batch_size, row.epochs * steps_per_epoch
-  t.schedule, t.warmup_steps = "cosine", row.warmup_epochs * steps_per_epoch
+  # s5/train.py's rates: its first step at the peak, warm-up and cosine as its loop sets them
+  # (lra bench --against-trainer checks them against S5's code).
+  t.schedule, t.warmup_steps = "s5_cosine", row.warmup_epochs * steps_per_epoch
   t.ssm_learning_rate, t.learning_rate = row.ssm_lr, round(row.ssm_lr * row.lr_factor, 10)
   t.weight_decay = row.weight_decay
   t.b1, t.b2, t.eps, t.grad_clip_norm = 0.9, 0.999, 1e-8, 0.0  # optax defaults, no clipping

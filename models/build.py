@@ -88,6 +88,7 @@ def build_encoder(config: ml_collections.ConfigDict, spec: Any) -> Encoder:
                  final_norm=m.final_norm, s5_gate=m.s5_gate,
                  # .get: a run's config.json from before these keys existed still builds.
                  norm=m.get("norm", "block"), bn_momentum=m.get("bn_momentum", 0.95),
+                 s5_dropout=m.get("s5_dropout", "elementwise"),
                  patch=m.get("patch", 1))
 
 

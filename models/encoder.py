@@ -117,6 +117,10 @@ def make_norm(norm: str, block: str, momentum: float, deterministic: bool, name:
                           "(--config.model.norm=batch).")
   return (nn.RMSNorm if block == "plusplus" else nn.LayerNorm)(name=name)
 S5_GATES = ("half_glu1", "half_glu2")
+# The "s5" block's dropout: "elementwise" (a mask per element, and dropout after the embedding, as
+# every block here) or "s5" (S5's SequenceLayer: nn.Dropout(broadcast_dims=[0]) on each [T,D]
+# sequence, one mask per example and feature shared by every position, and none after its encoder).
+S5_DROPOUTS = ("elementwise", "s5")
 
 
 def _takes_residual(mixer: nn.Module) -> bool:
@@ -147,6 +151,7 @@ class EncoderBlock(nn.Module):
     mixer_gate: the GELU gate and D x D output projection around the mixer (ours).
     mlp_hidden_dropout: dropout on the MLP's hidden activations as well as on its output.
     s5_gate: "half_glu1" or "half_glu2", the "s5" block's gated output layer.
+    s5_dropout: the "s5" block's dropout masks, "elementwise" or "s5" (see S5_DROPOUTS).
     norm, bn_momentum: "block" (the block's own norm) or "batch" (BatchNorm, with this momentum
       for its running statistics); see make_norm.
   """
@@ -160,6 +165,7 @@ class EncoderBlock(nn.Module):
   mixer_gate: bool = False
   mlp_hidden_dropout: bool = True
   s5_gate: str = "half_glu1"
+  s5_dropout: str = "elementwise"
   norm: str = "block"
   bn_momentum: float = 0.95
 
@@ -177,6 +183,9 @@ class EncoderBlock(nn.Module):
     if self.block == "s5":
       if self.s5_gate not in S5_GATES:
         raise errors.BadValue(f"model.s5_gate must be one of {S5_GATES}, got {self.s5_gate!r}.")
+      if self.s5_dropout == "s5":  # the same mask at every position (axis 1 of [B,T,D])
+        drop = lambda y: nn.Dropout(self.dropout_rate, broadcast_dims=(1,))(  # noqa: E731
+            y, deterministic=deterministic)
       y, carry = mixer(norm("mixer_norm")(x), mask, deterministic=deterministic,
                        carry=carry)
       z = drop(nn.gelu(y))
@@ -230,6 +239,8 @@ class Encoder(nn.Module):
     final_norm: normalise the last block's output before pooling (LayerNorm, or RMSNorm under
       "plusplus"), as pre-norm transformers do; the authors' Latte code has none.
     norm, bn_momentum: every norm's kind, "block" or "batch" (BatchNorm; see make_norm).
+    s5_dropout: the "s5" block's dropout, S5_DROPOUTS; "s5" also drops nothing after the
+      embedding, as S5's encoder.
   """
   vocab_size: int
   max_len: int
@@ -251,6 +262,7 @@ class Encoder(nn.Module):
   mlp_hidden_dropout: bool = True
   final_norm: bool = True
   s5_gate: str = "half_glu1"
+  s5_dropout: str = "elementwise"
   norm: str = "block"
   bn_momentum: float = 0.95
 
@@ -311,7 +323,11 @@ class Encoder(nn.Module):
     elif self.pos_encoding != "none":
       raise errors.BadValue("model.pos_encoding must be 'sinusoidal', 'learned' or 'none', got "
                             f"{self.pos_encoding!r}")
-    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    if self.s5_dropout not in S5_DROPOUTS:
+      raise errors.BadValue(f"model.s5_dropout must be one of {S5_DROPOUTS}, got "
+                            f"{self.s5_dropout!r}")
+    if not (self.block == "s5" and self.s5_dropout == "s5"):
+      x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = x.astype(self.dtype)
     carry = None
     block = self._block_class()
@@ -319,7 +335,7 @@ class Encoder(nn.Module):
       x, carry = block(self.mixer_factory, self.num_heads, self.mlp_dim, self.dropout_rate,
                        self.mixer_max_len, block=self.block, glu=self.glu,
                        mixer_gate=self.mixer_gate, mlp_hidden_dropout=self.mlp_hidden_dropout,
-                       s5_gate=self.s5_gate,
+                       s5_gate=self.s5_gate, s5_dropout=self.s5_dropout,
                        norm=self.norm, bn_momentum=self.bn_momentum, name=f"block_{i}")(
                            x, mask, carry, deterministic)
     x = x.astype(jnp.float32)

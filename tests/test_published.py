@@ -149,3 +149,31 @@ def test_laptop_gives_s5_its_own_listops_state():
   laptop = resolve_config("listops", "s5", "laptop").mixers.s5
   published = resolve_config("listops", "s5", "published").mixers.s5
   assert (laptop.state_size, laptop.blocks) == (published.state_size, published.blocks) == (16, 8)
+
+
+@pytest.mark.parametrize("task,preset", [("pathfinder", "squares_published"),
+                                         ("pathfinder", "published"), ("listops", "published")])
+def test_published_s5_trains_at_s5s_rates_with_s5s_dropout(task, preset):
+  """S5's trainer runs its first step at the peak rate and draws one dropout mask per example and
+  feature for the whole sequence, none after its encoder (issue 78: trained as its own code)."""
+  from lra.models.build import build_model
+  from lra.training import optim
+  c = resolve_config(task, "s5", preset)
+  assert c.train.schedule == "s5_cosine" and c.model.s5_dropout == "s5"
+  assert float(optim.learning_rate_schedule(c.train)(0)) == pytest.approx(c.train.learning_rate)
+  c.model.dropout, c.model.num_layers, c.model.dim = 0.5, 1, 8
+  spec = type("Spec", (), dict(vocab_size=256, seq_len=64, num_classes=2, dual=False,
+                               pad_id=None))()
+  model = build_model(c, spec)
+  batch = {"inputs": jnp.full((3, 64), 200, jnp.int32), "mask": jnp.ones((3, 64), bool)}
+  variables = model.init(jax.random.PRNGKey(0), batch, deterministic=True)
+  _, seen = model.apply(variables, batch, deterministic=False,
+                        mutable=["intermediates", "batch_stats"],
+                        rngs={"dropout": jax.random.PRNGKey(1)},
+                        capture_intermediates=lambda m, _: type(m).__name__ == "Dropout")
+  drops = jax.tree.leaves(seen["intermediates"])
+  assert len(drops) == 2  # the block's two; no dropout after the embedding
+  for out in drops:
+    dropped = np.asarray(out == 0)             # [B,T,D]
+    assert dropped.any() and not dropped.all()
+    assert (dropped == dropped[:, :1]).all()  # the same features dropped at every position

@@ -60,6 +60,18 @@ def add_parser(commands) -> None:
                        "softmax_flax, softmax_jax; default: all)")
   against.add_argument("--rounds", type=int, default=5, help="interleaved rounds, each timing "
                        "--steps calls per side")
+  trainer = bench.add_argument_group(
+      "against a model's own trainer (--against-trainer CLONE)", "Our training loop and the "
+      "model's own trainer (lindermanlab/S5's from a clone of it) from the same start on the "
+      "same batches, dropout off, each at its own learning rates: loss, parameters and BatchNorm "
+      "statistics compared after every step, and the step where they first part. --task and "
+      "--preset name the run; --readme writes the block of every record in --json's folder "
+      "between <!-- lra-against-trainer:start --> and <!-- lra-against-trainer:end -->.")
+  trainer.add_argument("--against-trainer", type=Path, metavar="CLONE",
+                       help="the clone of the model's own repository")
+  trainer.add_argument("--task", help="the run's task (e.g. pathfinder)")
+  trainer.add_argument("--trainer-steps", type=int, default=200, metavar="N",
+                       help="steps each trains (default 200)")
   epoch = bench.add_argument_group(
       "one training epoch (--epoch TASK)", "The time of an epoch of TASK's prepared training "
       "data per batching mode, with compile counts; the model is the preset's (--preset, "
@@ -84,7 +96,8 @@ def add_parser(commands) -> None:
 def main(args: argparse.Namespace, overrides: list[str]) -> int:
   from lra import errors
   chosen = [flag for flag, on in (("--epoch", args.epoch), ("--lra-table", args.lra_table),
-                                  ("--against", args.against is not None)) if on]
+                                  ("--against", args.against is not None),
+                                  ("--against-trainer", args.against_trainer)) if on]
   if len(chosen) > 1:
     raise errors.BadValue(f"lra bench: {' and '.join(chosen)} are separate measurements; pass "
                           "one of them per command.")
@@ -94,6 +107,9 @@ def main(args: argparse.Namespace, overrides: list[str]) -> int:
   if args.against is not None:
     from lra.bench import against
     return against.main(args, overrides)
+  if args.against_trainer:
+    from lra.bench import against_trainer
+    return against_trainer.main(args, overrides)
   if args.epoch:
     from lra.bench import epoch
     return epoch.main(args, overrides)

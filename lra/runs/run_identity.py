@@ -38,6 +38,9 @@ ADDED_KEYS = {
     # S5 in the common block was the bare SSM (the class default) until S5's output layer became
     # the preset's (2026-11-28): a config without the key trained no gate after the scans.
     "mixers.s5.activation": "none",
+    # S5's own block dropped elementwise, and after the embedding, until its masks became S5's
+    # (2026-12-04, issue 78); the published presets now set "s5".
+    "model.s5_dropout": "elementwise",
 }
 _MAX_NAME = 80  # longer override suffixes become a hash, so paths stay usable
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+,-]")

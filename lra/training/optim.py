@@ -22,6 +22,12 @@ def learning_rate_schedule(train: ml_collections.ConfigDict,
 
   rsqrt: the original LRA schedule, lr * min(1, step/warmup) / sqrt(max(step, warmup)).
   linear: linear warm-up then linear decay to 0 at num_steps (fairseq's linear_decay, Mega).
+  s5_cosine: the rates lindermanlab/S5's trainer applies (s5/train.py, train_helpers.py): its
+    first step at the peak (create_train_state injects it), then step k at
+    peak * k / warmup up to the warm-up's end, then peak * (1 + cos(pi * (k - 1) / D)) / 2 with
+    D = num_steps - warmup and the count not restarted, so the rate reaches 0 at step D + 1 and
+    stays there (each step's rate is set from the step before it). `lra bench --against-trainer`
+    checks it against S5's code.
   `peak` replaces train.learning_rate (the same shape for a group with its own rate).
   """
   peak = train.learning_rate if peak is None else peak
@@ -42,7 +48,16 @@ def learning_rate_schedule(train: ml_collections.ConfigDict,
       return peak * jnp.minimum(1.0, step / warmup) / jnp.sqrt(
           jnp.maximum(step, warmup))
     return rsqrt
-  raise errors.BadValue("train.schedule must be 'cosine', 'rsqrt' or 'linear', got "
+  if train.schedule == "s5_cosine":
+    warmup, decay = max(train.warmup_steps, 1), max(train.num_steps - train.warmup_steps, 1)
+
+    def s5_cosine(step):
+      before = jnp.asarray(step, jnp.float32) - 1.0  # the step whose end sets this one's rate
+      warm = peak * (before + 1.0) / warmup
+      cosine = peak * 0.5 * (1.0 + jnp.cos(jnp.pi * jnp.minimum(before, decay) / decay))
+      return jnp.where(step == 0, peak, jnp.where(before < train.warmup_steps, warm, cosine))
+    return s5_cosine
+  raise errors.BadValue("train.schedule must be 'cosine', 'rsqrt', 'linear' or 's5_cosine', got "
                         f"{train.schedule!r}")
 
 

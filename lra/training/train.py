@@ -49,6 +49,9 @@ from lra.tasks.contract.cache import PreparedData
 from lra.base.progress import Steps, Throughput
 from lra.tasks.contract.spec import TaskSpec
 
+# (step count after it, its micro-batches, the new state, its sums) -> stop now?
+StepObserver = Callable[[int, Sequence[Mapping[str, np.ndarray]], TrainState, dict], bool]
+
 
 def example_batch(spec: TaskSpec, batch_size: int, *, noise: bool = False
                   ) -> dict[str, np.ndarray]:
@@ -493,8 +496,8 @@ class RunFiles:
 # The whole run.
 
 def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, run_dir: Path,
-                       *, progress: bool = True,
-                       stop_after_s: float | None = None) -> dict[str, Any]:
+                       *, progress: bool = True, stop_after_s: float | None = None,
+                       on_step: StepObserver | None = None) -> dict[str, Any]:
   """Trains `config.model` on `data`, writing config.json, metrics.jsonl and final.json.
 
   Resumes from the latest checkpoint in `run_dir` if there is one, so the scores equal those of
@@ -504,7 +507,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
   status "diverged". Every process of a multi-host run calls this; only process 0 writes files.
   With `stop_after_s` it also stops so as to end before that many seconds since the command began
   (lra.machine.stop_after), as after Ctrl-C, or before the first step if starting left too little
-  time. Returns final.json's dict.
+  time. `on_step(step, micro, state, sums)` sees every step as this loop made it (the step count
+  after it, its micro-batches, the new state, its sums; the state is donated to the next step, so
+  copy what you keep); a true return stops the run as a stop request does (lra bench
+  --against-trainer follows the loop step by step so). Returns final.json's dict.
   """
   run_dir = Path(run_dir)
   s = setup(config, data.spec)
@@ -530,7 +536,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
       print(f"lra: {run_dir} reached step {files.replaced_step} but holds no checkpoint "
             f"(checkpoints/ is ignored by git unless added with git add -f): starting again "
             f"from step 0", file=sys.stderr)
-    return _loop(config, data, s, state, book, start_step, ckpt, files, bar, deadline, init_s)
+    return _loop(config, data, s, state, book, start_step, ckpt, files, bar, deadline, init_s,
+                 on_step)
   except distributed.PeerLost:
     ckpt = None  # closing waits for saves in flight, whose barriers need the lost process
     raise
@@ -554,7 +561,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, data: PreparedData, ru
 def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state: TrainState,
           book: Book, step: int, ckpt: checkpoints.Checkpointer, files: RunFiles,
           bar: Steps, deadline: stop_after.Deadline | None = None,
-          init_s: float = 0.0) -> dict[str, Any]:
+          init_s: float = 0.0, on_step: StepObserver | None = None) -> dict[str, Any]:
   """Phase 3: from `step` to the end of training (or a stop); returns final.json's dict.
 
   With a `deadline` (--stop-after), the start-up is checked before compiling the steps (guessed
@@ -632,6 +639,8 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
       # Summed on the device; fetched only at log points so the host never waits in between.
       window = sums if window is None else add(window, sums)
       step += 1
+      if on_step is not None and on_step(step, micro, state, sums) and not stop.requested:
+        stop.requested, stop.signal_name = True, "the step observer"
       book.window_steps += 1
       throughput.step()
       log_point = step % tc.log_every_steps == 0 or step == tc.num_steps

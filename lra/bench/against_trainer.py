@@ -1,0 +1,238 @@
+"""`lra bench --against-trainer CLONE`: our training loop beside a model's own trainer, step by
+step.
+
+Both start from our initial parameters (mapped onto the model's own names: entries re-arranged
+only) and train on the batches `lra run`'s own loop draws, dropout off, each at the learning rates
+its own code applies. After every step the loss, every parameter and BatchNorm's statistics are
+compared: per tensor max |ours - theirs| / max |theirs|, the largest over tensors. The first step
+where the parameters part by more than float rounding is where the two trainers differ: a rate, an
+optimizer group, a block, the data path. A peer is a model's own code run from the user's clone
+(lra.bench.peer_s5; never copied here), behind the small interface `Peer` names.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import jax
+import ml_collections
+import numpy as np
+
+from lra import errors
+from lra.bench.common import device_name, recorded_command, write_block, write_outputs
+from lra.training import optim, train
+
+# Float rounding over a few hundred steps (our loop against S5's, same rates: 3e-5 after 60 steps
+# on the CPU): a parting above this is a difference of the trainers, not of summation order.
+PARAM_TOLERANCE = 1e-3
+LOSS_TOLERANCE = 1e-4
+MARKERS = ("<!-- lra-against-trainer:start -->", "<!-- lra-against-trainer:end -->")
+
+
+class Peer(Protocol):
+  """A model's own trainer, driven on our batches."""
+  name: str
+  source: str
+
+  def start(self, variables: Mapping[str, Any]) -> None:
+    """Take our initial {"params", "batch_stats"} as its own state (fresh optimizer state)."""
+
+  def step(self, batch: dict[str, np.ndarray], step: int) -> float:
+    """One of its updates on our whole batch at its rates for `step` (0-based); its loss."""
+
+  def rates(self, step: int) -> dict[str, float]:
+    """The learning rates it applies at `step`, by our config's names."""
+
+  def theirs_of(self, variables: Mapping[str, Any]) -> dict[str, Any]:
+    """Our variables in its names and shapes."""
+
+  def variables(self) -> dict[str, Any]:
+    """Its current variables, in its names."""
+
+
+def _peers() -> dict[str, tuple[str, str, Any]]:
+  """mixer -> (the file its clone is recognised by, the repository, the trainer class)."""
+  from lra.bench import peer_s5
+  return {"s5": (peer_s5.MARKER, "https://github.com/lindermanlab/S5", peer_s5.S5Trainer)}
+
+
+def peer_mixer(clone: Path) -> str:
+  """The mixer whose own trainer the clone holds."""
+  for mixer, (marker, _, _) in _peers().items():
+    if (Path(clone) / marker).is_file():
+      return mixer
+  known = "; ".join(f"{url} (holds {marker})" for marker, url, _ in _peers().values())
+  raise errors.NotFound(f"--against-trainer {clone}: expected a clone of {known}; clone it "
+                        "(git clone URL) and pass its folder")
+
+
+def peer_for(clone: Path, config: ml_collections.ConfigDict, spec) -> Peer:
+  """The trainer the clone holds, built at `config`'s settings."""
+  return _peers()[peer_mixer(clone)][2](Path(clone), config, spec)
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
+  out = {}
+  for key, value in tree.items():
+    name = f"{prefix}/{key}" if prefix else str(key)
+    out.update(_flat(value, name) if isinstance(value, Mapping) else {name: np.asarray(value)})
+  return out
+
+
+def differences(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> tuple[float, str]:
+  """The largest per-tensor relative difference of two trees of the same names, and its tensor."""
+  a, b = _flat(ours), _flat(theirs)
+  if set(a) != set(b):
+    raise ValueError(f"the trees differ in names: {sorted(set(a) ^ set(b))[:6]}")
+  worst, where = 0.0, ""
+  for name in sorted(a):
+    scale = float(np.max(np.abs(b[name]))) or 1.0
+    diff = float(np.max(np.abs(a[name].astype(np.float64) - b[name].reshape(a[name].shape)))
+                 ) / scale
+    if diff > worst:
+      worst, where = diff, name
+  return worst, where
+
+
+def whole_batch(micro: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+  """A step's micro-batches as the one batch they cut (rows padded to the longest: pads change no
+  real output, the mixer contract)."""
+  if len(micro) == 1:
+    return dict(micro[0])
+  longest = max(b[k].shape[1] for b in micro for k in b if k.startswith(("inputs", "mask")))
+  def pad(a):
+    return a if a.ndim < 2 else np.pad(a, [(0, 0), (0, longest - a.shape[1])])
+  return {k: np.concatenate([pad(np.asarray(b[k])) for b in micro]) for k in micro[0]}
+
+
+def compare(config: ml_collections.ConfigDict, data, peer: Peer, steps: int,
+            run_dir: Path) -> list[dict[str, Any]]:
+  """Our loop and `peer` for `steps` steps from our start on our batches; one row per step."""
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.model.dropout = 0.0  # masks are drawn differently by each: compare the maths
+  s = train.setup(config, data.spec)
+  start = train.model_variables(train.init_state(s, data.spec, config.train.seed))
+  peer.start(jax.device_get(start))
+  schedules = {"learning_rate": optim.learning_rate_schedule(config.train),
+               "ssm_learning_rate": optim.learning_rate_schedule(
+                   config.train, config.train.ssm_learning_rate or config.train.learning_rate)}
+  rows: list[dict[str, Any]] = []
+
+  def on_step(step: int, micro, state, sums) -> bool:
+    theirs_loss = peer.step(whole_batch(micro), step - 1)
+    ours = jax.device_get(train.model_variables(state))
+    mapped, now = peer.theirs_of(ours), peer.variables()
+    params, where = differences(mapped["params"], jax.device_get(now["params"]))
+    stats = (differences(mapped["batch_stats"], jax.device_get(now["batch_stats"]))[0]
+             if "batch_stats" in now else None)
+    loss = float(sums["loss_sum"]) / max(float(sums["count"]), 1.0)
+    theirs_rates = peer.rates(step - 1)
+    rows.append({"step": step, "loss_ours": loss, "loss_theirs": theirs_loss,
+                 "loss_rel": abs(loss - theirs_loss) / max(abs(theirs_loss), 1e-12),
+                 "params_rel": params, "worst_param": where, "batch_stats_rel": stats,
+                 "rates_ours": {k: float(f(step - 1)) for k, f in schedules.items()
+                                if k in theirs_rates},
+                 "rates_theirs": theirs_rates})
+    return step >= steps
+
+  config.eval.every_steps = config.checkpoint.every_steps = config.train.num_steps + 1
+  train.train_and_evaluate(config, data, run_dir, progress=False, on_step=on_step)
+  return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+  parted = next((r["step"] for r in rows if r["params_rel"] > PARAM_TOLERANCE
+                 or r["loss_rel"] > LOSS_TOLERANCE), None)
+  rates = next((r["step"] for r in rows if any(
+      not np.isclose(r["rates_ours"][k], v, rtol=1e-6, atol=0.0)
+      for k, v in r["rates_theirs"].items())), None)
+  return {"steps": len(rows), "max_loss_rel": max(r["loss_rel"] for r in rows),
+          "max_params_rel": max(r["params_rel"] for r in rows),
+          "first_parting_step": parted, "first_rate_difference_step": rates,
+          "equal": parted is None}
+
+
+def _commit(clone: Path) -> str | None:
+  try:
+    return subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip() or None
+  except (OSError, subprocess.CalledProcessError):
+    return None
+
+
+def markdown(report: dict[str, Any]) -> str:
+  s = report["summary"]
+  verdict = ("equal within float rounding" if s["equal"] else
+             f"they part at step {s['first_parting_step']}")
+  lines = [f"# Our loop against {report['peer']}'s own trainer: {report['task']}, preset "
+           f"`{report['preset']}`", "",
+           f"`{report['command']}` on {report['device']}, {report['date']}; {report['peer']}: "
+           f"{report['source']} (clone at {report['clone_commit'] or 'an unknown commit'}).", "",
+           f"{s['steps']} steps from the same start on the same batches, dropout off: largest "
+           f"relative difference of the loss {s['max_loss_rel']:.1e}, of the parameters "
+           f"{s['max_params_rel']:.1e} ({verdict}; tolerances {LOSS_TOLERANCE:g} and "
+           f"{PARAM_TOLERANCE:g})." + (
+               f" The learning rates first differ at step {s['first_rate_difference_step']}."
+               if s["first_rate_difference_step"] else " The learning rates agree at every step."),
+           "", "| step | loss, ours | loss, theirs | loss rel. diff. | params rel. diff. | "
+           "largest at | BatchNorm stats rel. diff. | rates, ours | rates, theirs |",
+           "|---:|---:|---:|---:|---:|---|---:|---|---|"]
+  shown = {1, 2, 3, 5, 10, 20, 50} | set(range(100, s["steps"] + 1, 100)) | {s["steps"]}
+  for r in report["rows"]:
+    if r["step"] in shown or r["step"] == s["first_parting_step"]:
+      stats = "" if r["batch_stats_rel"] is None else f"{r['batch_stats_rel']:.1e}"
+      rate = lambda d: ", ".join(f"{v:.3g}" for v in d.values())  # noqa: E731
+      lines.append(f"| {r['step']} | {r['loss_ours']:.6f} | {r['loss_theirs']:.6f} | "
+                   f"{r['loss_rel']:.1e} | {r['params_rel']:.1e} | {r['worst_param']} | {stats} "
+                   f"| {rate(r['rates_ours'])} | {rate(r['rates_theirs'])} |")
+  return "\n".join(lines) + "\n"
+
+
+def block(reports: Sequence[dict[str, Any]], links: Sequence[str]) -> str:
+  """docs/protocol.md's generated lines: one per committed record."""
+  lines = ["<!-- Generated by `lra bench --against-trainer ... --readme docs/protocol.md`; do not "
+           "edit between these markers. -->", "",
+           "| trainer | task, preset | steps | loss rel. diff. | params rel. diff. | verdict | "
+           "record |", "|---|---|---:|---:|---:|---|---|"]
+  for report, link in zip(reports, links):
+    s = report["summary"]
+    verdict = ("equal" if s["equal"] else f"part at step {s['first_parting_step']}")
+    lines.append(f"| {report['peer']} | {report['task']}, `{report['preset']}` | {s['steps']} | "
+                 f"{s['max_loss_rel']:.1e} | {s['max_params_rel']:.1e} | {verdict} | "
+                 f"[{Path(link).name}]({link}) |")
+  return "\n".join(lines)
+
+
+def main(args, overrides: list[str]) -> int:
+  from lra.runs.config_loading import default_data_dir, load_data, resolve_config
+  if not args.task:
+    raise errors.BadValue("lra bench --against-trainer needs --task TASK (and --preset P): the "
+                          "run whose training is compared")
+  if args.readme and not args.json:
+    raise errors.BadValue("lra bench --against-trainer --readme PAGE lists the records in the "
+                          "folder of --json FILE: pass --json too")
+  config = resolve_config(args.task, peer_mixer(args.against_trainer), args.preset, overrides)
+  data = load_data(config, Path(args.data_dir or default_data_dir()))
+  peer = peer_for(args.against_trainer, config, data.spec)
+  with tempfile.TemporaryDirectory() as work:
+    rows = compare(config, data, peer, args.trainer_steps, Path(work) / "run")
+  report = {"command": recorded_command(), "peer": peer.name, "source": peer.source,
+            "clone_commit": _commit(args.against_trainer), "task": config.task,
+            "preset": config.preset, "device": device_name(jax.devices()[0]),
+            "date": datetime.date.today().isoformat(), "jax": jax.__version__,
+            "summary": summary(rows), "rows": rows}
+  text = markdown(report)
+  print(text)
+  write_outputs(report, text, json_path=args.json, md_path=args.md)
+  if args.readme:  # every record beside this one, one line each
+    page, records = Path(args.readme), sorted(Path(args.json).parent.glob("*.json"))
+    reports = [json.loads(p.read_text()) for p in records]
+    links = [Path(os.path.relpath(p, page.parent)).as_posix() for p in records]
+    write_block(page, None, None, MARKERS, lambda _report, _link: block(reports, links))
+  return 0
