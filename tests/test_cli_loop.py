@@ -141,7 +141,10 @@ def test_a_run_stopped_before_its_first_evaluation_says_so(data_dir, tmp_path, c
                "--config.checkpoint.every_steps=2", "--config.train.log_every_steps=6"]) == 130
   out = capsys.readouterr().out
   assert "listops x softmax (smoke): interrupted at step 2 of 6" in out
-  assert "no evaluation yet" in out and "the same command resumes it" in out
+  assert "no evaluation yet" in out
+  # The command `lra status` and the tables print too, the folder named as it is from here.
+  assert (f"saved: `lra run listops softmax --preset smoke --run-dir {tmp_path / 'run'} " in out
+          and "` resumes it from this step" in out), out
   assert not PLACEHOLDERS.search(out), out
   assert "steps/s" not in out  # no log window was timed before the stop
 
