@@ -69,11 +69,15 @@ def from_here(path: str | Path) -> Path:
 def resume_text(run_dir: Path, shown: Path | None = None) -> str:
   """"`lra run ...` resumes it": the command that resumes a stopped run, from its config.json
   (lra.runs.pack.resume_command), naming the folder as `shown` (default: from_here(run_dir));
-  "" where the folder cannot say."""
+  "" where the folder cannot say. A run of an own mixer whose file has changed since cannot
+  resume: the text says so, and gives the command of a new run instead."""
   from lra.runs import pack  # pylint: disable=import-outside-toplevel (JAX: only when needed)
   try:
-    command = pack.resume_command(run_identity.read_config(Path(run_dir) / "config.json"),
-                                  Path(shown or from_here(run_dir)))
+    config = run_identity.read_config(Path(run_dir) / "config.json")
+    changed = pack.mixer_changed(config)
+    if changed:
+      return pack.changed_mixer_text(config, changed)
+    command = pack.resume_command(config, Path(shown or from_here(run_dir)))
   except (OSError, ValueError, KeyError):
     return ""
   return f"`{command}` resumes it" if command else ""
