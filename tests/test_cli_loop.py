@@ -156,6 +156,8 @@ def test_a_diverged_run_says_so_without_placeholders(data_dir, tmp_path, capsys)
                "--config.eval.every_steps=4"]) == 1
   out = capsys.readouterr().out
   assert re.search(r"diverged \(loss not finite\) at step \d of 6", out), out
+  # From the initial parameters the forward and backward passes are finite: training blew up.
+  assert "why: training: from the initial parameters this batch's loss and gradients are " in out
   assert "no evaluation yet" in out and not PLACEHOLDERS.search(out), out
   final = json.loads((tmp_path / "run" / "final.json").read_text())
   assert final["status"] == "diverged" and final["best_step"] == -1  # the markers stay on file

@@ -103,6 +103,9 @@ def state_text(final: Mapping[str, Any], run_dir: Path | None = None,
     resume = resume_text(run_dir, shown) if halted and run_dir is not None else ""
     return text + (f"; {resume}" if resume else "")
   where = "diverged (loss not finite)" if status == "diverged" else status
+  part = str(final.get("stop_reason") or "").split(":", 1)[0]  # train._non_finite_cause's
+  if status == "diverged" and part in ("forward pass", "backward pass"):
+    where = f"not finite in its {part} from the initial parameters (not training diverging),"
   text = f"{where} at {progress(final)}"
   return text if evaluated(final) else text + ", before its first evaluation"
 
@@ -164,6 +167,8 @@ def result_lines(result: Mapping[str, Any]) -> list[str]:
   wall = number(result.get("wall_time_s"))
   cost.append(f"{wall or 0:.0f}s on {result.get('device')}")
   lines.append("  " + ", ".join(cost))
+  if status == "diverged" and result.get("stop_reason"):  # why: the model, or its training
+    lines.append(f"  why: {result['stop_reason']}")
   if status == "interrupted":
     resume = resume_text(Path(result["run_dir"])) if result.get("run_dir") else ""
     lines.append("  saved: " + (resume.replace(" resumes it", " resumes it from this step")
