@@ -70,10 +70,10 @@ def _task_presets() -> dict[str, tuple[str, ...]]:
   """{task: its presets}, from the PRESETS of each task's config module beside this one."""
   import importlib  # pylint: disable=import-outside-toplevel (an error's path only)
   import pkgutil  # pylint: disable=import-outside-toplevel
-  from lra import configs  # pylint: disable=import-outside-toplevel
+  from pathlib import Path  # pylint: disable=import-outside-toplevel
   found = {}
-  for info in pkgutil.iter_modules(configs.__path__):  # common's own PRESETS are no task's
-    module = importlib.import_module(f"{configs.__name__}.{info.name}")
+  for info in pkgutil.iter_modules([str(Path(__file__).parent)]):  # common's are no task's
+    module = importlib.import_module(f"{__package__}.{info.name}")
     if info.name != "common" and isinstance(getattr(module, "PRESETS", None), tuple):
       found[info.name] = module.PRESETS
   return found
