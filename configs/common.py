@@ -41,8 +41,9 @@ LATTE_FAMILY = ("latte", "latte_macchiato", "latte_rglru", "latte_rglru_swa")
 PLUSPLUS_MIXERS = ("latte_rglru", "latte_rglru_swa")
 
 
-def parse_arg(arg: str, valid: tuple[str, ...] = PRESETS) -> tuple[str, str]:
-  """"paper" or "paper,mixer=latte" -> (preset, mixer); the mixer defaults to latte."""
+def parse_arg(arg: str, valid: tuple[str, ...] = PRESETS, task: str = "") -> tuple[str, str]:
+  """"paper" or "paper,mixer=latte" -> (preset, mixer); the mixer defaults to latte. `valid`:
+  the presets of `task`, whose config calls this (its module's PRESETS)."""
   preset, *rest = (arg or "paper").split(",")
   settings = dict(part.split("=", 1) for part in rest if "=" in part)
   unknown = [part for part in rest if "=" not in part] + sorted(set(settings) - {"mixer"})
@@ -50,9 +51,32 @@ def parse_arg(arg: str, valid: tuple[str, ...] = PRESETS) -> tuple[str, str]:
     raise errors.BadValue(f"Config arg {arg!r}: expected PRESET or PRESET,mixer=NAME; cannot read "
                           f"{unknown}.")
   if preset not in valid:
-    raise errors.BadValue(f"Unknown preset '{preset}'. Valid presets for this task: "
-                          f"{', '.join(valid)}")
+    here = f"for {task}" if task else "for this task"
+    homes = [name for name, presets in _task_presets().items() if preset in presets]
+    if homes:  # `--preset squares` on ListOps: say whose preset it is
+      raise errors.BadValue(f"{preset} is a {' and '.join(TITLES.get(h, h) for h in homes)} "
+                            f"preset, not one {here}: lra run {homes[0]} MIXER --preset {preset}."
+                            f" Valid presets {here}: {', '.join(valid)}")
+    raise errors.BadValue(f"Unknown preset '{preset}'. Valid presets {here}: {', '.join(valid)}")
   return preset, settings.get("mixer", "latte")
+
+
+# The tasks as the papers' tables title them, for the messages above.
+TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",
+          "pathfinder": "Pathfinder", "pathx": "Path-X", "synthetic": "synthetic"}
+
+
+def _task_presets() -> dict[str, tuple[str, ...]]:
+  """{task: its presets}, from the PRESETS of each task's config module beside this one."""
+  import importlib  # pylint: disable=import-outside-toplevel (an error's path only)
+  import pkgutil  # pylint: disable=import-outside-toplevel
+  from pathlib import Path  # pylint: disable=import-outside-toplevel
+  found = {}
+  for info in pkgutil.iter_modules([str(Path(__file__).parent)]):  # common's are no task's
+    module = importlib.import_module(f"{__package__}.{info.name}")
+    if info.name != "common" and isinstance(getattr(module, "PRESETS", None), tuple):
+      found[info.name] = module.PRESETS
+  return found
 
 
 def mixer_configs() -> ml_collections.ConfigDict:

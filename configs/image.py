@@ -22,8 +22,12 @@ PAPER = common.PaperRow(dim=512, latents=40, learning_rate=1e-3, batch_size=32,
 # Token ids (a vocabulary) or pixel values: base_config's `tokens`.
 TOKENS = False
 
+# The presets this task takes (--preset; common.parse_arg says whose another one is).
+PRESETS = ("paper", "latte_code", "lra", "smoke", "published")
+
+
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke", "published"))
+  preset, mixer = common.parse_arg(arg, PRESETS, task="image")
   c = common.base_config("image", preset, mixer, tokens=TOKENS)
   c.eval.batch_size = 250
   if preset in ("paper", "latte_code"):

@@ -22,9 +22,12 @@ PAPER = common.PaperRow(dim=128, latents=40, learning_rate=1e-3, batch_size=64,
 # Token ids (a vocabulary) or pixel values: base_config's `tokens`.
 TOKENS = True
 
+# The presets this task takes (--preset; common.parse_arg says whose another one is).
+PRESETS = (*common.PRESETS, *common.LAPTOP_PRESETS, *common.PUBLISHED_PRESETS)
+
+
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, (*common.PRESETS, *common.LAPTOP_PRESETS,
-                                              *common.PUBLISHED_PRESETS))
+  preset, mixer = common.parse_arg(arg, PRESETS, task="listops")
   c = common.base_config("listops", preset, mixer, tokens=TOKENS)
   if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)

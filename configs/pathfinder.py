@@ -31,9 +31,12 @@ SQUARES_STEPS, SQUARES_EVALS, SQUARES_PATCH = 20_000, 10, 4
 # Token ids (a vocabulary) or pixel values: base_config's `tokens`.
 TOKENS = False
 
+# The presets this task takes (--preset; common.parse_arg says whose another one is).
+PRESETS = (*common.PRESETS, *common.CPU_PRESETS, *common.PUBLISHED_PRESETS)
+
+
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, (*common.PRESETS, *common.CPU_PRESETS,
-                                              *common.PUBLISHED_PRESETS))
+  preset, mixer = common.parse_arg(arg, PRESETS, task="pathfinder")
   c = common.base_config("pathfinder", preset, mixer, tokens=TOKENS)
   c.eval.batch_size = 256
   if preset in ("paper", "latte_code"):

@@ -21,8 +21,12 @@ SPT = common.SptRow(mask_ratio=0.5, loss="ce", epochs=200, warmup_steps=5000)
 
 TOKENS = pathfinder.TOKENS  # Pathfinder's config, re-sized
 
+# The presets this task takes (--preset; common.parse_arg says whose another one is).
+PRESETS = ("paper", "latte_code", "lra", "smoke", "published")
+
+
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke", "published"))
+  preset, mixer = common.parse_arg(arg, PRESETS, task="pathx")
   c = pathfinder.get_config(f"{preset},mixer={mixer}")
   c.unlock()
   c.task = "pathx"

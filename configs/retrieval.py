@@ -22,8 +22,12 @@ PAPER = common.PaperRow(dim=128, latents=40, learning_rate=1e-4, batch_size=32,
 # Token ids (a vocabulary) or pixel values: base_config's `tokens`.
 TOKENS = True
 
+# The presets this task takes (--preset; common.parse_arg says whose another one is).
+PRESETS = ("paper", "latte_code", "lra", "smoke", "published")
+
+
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke", "published"))
+  preset, mixer = common.parse_arg(arg, PRESETS, task="retrieval")
   c = common.base_config("retrieval", preset, mixer, tokens=TOKENS)
   # The pair's features [u, v, u*v, u-v] go through an MLP head (LRA code and Latte code alike).
   c.model.head = "mlp"

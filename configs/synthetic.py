@@ -18,8 +18,12 @@ SPT = common.SptRow(mask_ratio=0.15, loss="ce", epochs=0, warmup_steps=0)
 # Token ids (a vocabulary) or pixel values: base_config's `tokens`.
 TOKENS = False
 
+# The presets this task takes (--preset; common.parse_arg says whose another one is).
+PRESETS = common.PRESETS
+
+
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg)
+  preset, mixer = common.parse_arg(arg, PRESETS, task="synthetic")
   smoke = preset == "smoke"
   c = common.base_config("synthetic", preset, mixer, tokens=TOKENS)
   common.small_generated(c, smoke_size=smoke, generator=dict(

@@ -24,8 +24,12 @@ PAPER = common.PaperRow(dim=256, latents=40, learning_rate=1e-3, batch_size=32,
 # Token ids (a vocabulary) or pixel values: base_config's `tokens`.
 TOKENS = True
 
+# The presets this task takes (--preset; common.parse_arg says whose another one is).
+PRESETS = ("paper", "latte_code", "lra", "smoke", "published")
+
+
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
-  preset, mixer = common.parse_arg(arg, ("paper", "latte_code", "lra", "smoke", "published"))
+  preset, mixer = common.parse_arg(arg, PRESETS, task="text")
   c = common.base_config("text", preset, mixer, tokens=TOKENS)
   if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)

@@ -14,7 +14,7 @@ import ml_collections
 
 from lra import errors
 from lra.machine import stop_after
-from lra.runs import loggers, run_identity, run_lock
+from lra.runs import loggers, pack, run_identity, run_lock
 from lra.training import init_from, train
 from lra.runs.config_loading import (default_data_dir, default_run_dir, load_data,
                                      reference_config, resolve_config)
@@ -77,16 +77,12 @@ def _run_locked(config: ml_collections.ConfigDict, reference: dict[str, Any], ru
                 data_dir: Path | None, progress: bool,
                 stop_after_s: float | None = None) -> dict[str, Any]:
   task, mixer, preset = config.task, config.model.mixer, config.preset
+  # Before the data, which may take minutes to generate; in the words of the dry run.
+  refused = pack.refusal(run_dir, config.to_dict(), reference)
+  if refused:
+    raise errors.Conflict(f"{run_dir} {refused}.")
   with data_progress.quiet(not progress):  # generation and preparation show theirs unless --quiet
     data = load_data(config, data_dir or default_data_dir())
-  previous = run_dir / "config.json"
-  if previous.exists():
-    stored = run_identity.read_config(previous)
-    reasons = run_identity.same_run(stored, config.to_dict(), reference)
-    if reasons:
-      raise errors.Conflict(
-          f"{run_dir} holds another run ({_describe(reasons)}); pass --run-dir for a new run, "
-          "or delete that folder to start over.")
   final_path = run_dir / "final.json"
   recorded = json.loads(final_path.read_text()) if final_path.exists() else {}
   if recorded.get("status") == "complete":
@@ -106,8 +102,3 @@ def _run_locked(config: ml_collections.ConfigDict, reference: dict[str, Any], ru
           file=sys.stderr)
   return train.train_and_evaluate(config, data, run_dir, progress=progress,
                                   stop_after_s=stop_after_s)
-
-
-def _describe(reasons: list[str], limit: int = 4) -> str:
-  more = f", and {len(reasons) - limit} more" if len(reasons) > limit else ""
-  return "; ".join(reasons[:limit]) + more

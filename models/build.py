@@ -35,8 +35,10 @@ def mixer_factory(config: ml_collections.ConfigDict) -> MixerFactory:
                           "mixer as MIXER (lra run TASK MIXER) rather than --config.model.mixer.")
   if found.source["sha256"] != source.sha256:
     raise errors.BadValue(f"{source.spec} changed since this config was made (sha256 "
-                          f"{source.sha256[:8]}, now {found.source['sha256'][:8]}); run the "
-                          "command again to record the new version, or restore the file.")
+                          f"{source.sha256[:8]}, now {found.source['sha256'][:8]}): restore the "
+                          "file to use this config, or start a new run (`lra run TASK "
+                          f"{source.spec}` without --run-dir and --config.mixer_source.*; "
+                          "`lra status` prints it whole).")
   return functools.partial(found.cls, **config.mixers[name].to_dict())
 
 

@@ -3,6 +3,7 @@
 small presets that make their own data)."""
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,13 +25,29 @@ TASKS: dict[str, Task] = {
 }
 
 
+# What users call a task's data (its dataset's or archive's name): the task it is.
+ALIASES = {"imdb": "text", "aclimdb": "text", "imdb_reviews": "text", "aclimdb_v1": "text",
+           "cifar": "image", "cifar10": "image", "cifar-10": "image", "cifar_10": "image",
+           "aan": "retrieval", "path-x": "pathx", "path_x": "pathx", "pathfinder32": "pathfinder",
+           "pathfinder128": "pathx", "listops-1000": "listops", "list_ops": "listops"}
+
+
 def get_task(name: str) -> Task:
   """The registered task, or an error listing the valid names."""
   try:
     return TASKS[name]
   except KeyError:
-    raise errors.UnknownName(f"Unknown task '{name}'. Valid tasks: "
-                             f"{', '.join(sorted(TASKS))}") from None
+    raise unknown_task(name) from None
+
+
+def unknown_task(name: str) -> errors.UnknownName:
+  """The error for a name that is no task: the task it most likely means ("did you mean text",
+  for imdb), then the valid names."""
+  guess = ALIASES.get(name.lower()) or next(iter(difflib.get_close_matches(name.lower(), TASKS,
+                                                                           n=1)), None)
+  hint = f" Did you mean {guess} ({TASKS[guess].description})?" if guess else ""
+  return errors.UnknownName(f"Unknown task '{name}'.{hint} Valid tasks: "
+                            f"{', '.join(sorted(TASKS))}")
 
 
 def prepared(name: str, cache_dir: Path, generator: Mapping[str, Any] | None = None,
@@ -60,4 +77,4 @@ def prepared(name: str, cache_dir: Path, generator: Mapping[str, Any] | None = N
   return PreparedData(cache_dir, hint=task.data_hint)
 
 
-__all__ = ["TASKS", "Task", "TaskSpec", "get_task", "prepared"]
+__all__ = ["TASKS", "Task", "TaskSpec", "get_task", "prepared", "unknown_task"]

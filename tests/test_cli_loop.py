@@ -141,7 +141,10 @@ def test_a_run_stopped_before_its_first_evaluation_says_so(data_dir, tmp_path, c
                "--config.checkpoint.every_steps=2", "--config.train.log_every_steps=6"]) == 130
   out = capsys.readouterr().out
   assert "listops x softmax (smoke): interrupted at step 2 of 6" in out
-  assert "no evaluation yet" in out and "the same command resumes it" in out
+  assert "no evaluation yet" in out
+  # The command `lra status` and the tables print too, the folder named as it is from here.
+  assert (f"saved: `lra run listops softmax --preset smoke --run-dir {tmp_path / 'run'} " in out
+          and "` resumes it from this step" in out), out
   assert not PLACEHOLDERS.search(out), out
   assert "steps/s" not in out  # no log window was timed before the stop
 
@@ -153,6 +156,8 @@ def test_a_diverged_run_says_so_without_placeholders(data_dir, tmp_path, capsys)
                "--config.eval.every_steps=4"]) == 1
   out = capsys.readouterr().out
   assert re.search(r"diverged \(loss not finite\) at step \d of 6", out), out
+  # From the initial parameters the forward and backward passes are finite: training blew up.
+  assert "why: training: from the initial parameters this batch's loss and gradients are " in out
   assert "no evaluation yet" in out and not PLACEHOLDERS.search(out), out
   final = json.loads((tmp_path / "run" / "final.json").read_text())
   assert final["status"] == "diverged" and final["best_step"] == -1  # the markers stay on file

@@ -270,3 +270,104 @@ def test_a_wrong_shape_fails_the_shape_alone_and_stops_a_run_before_training(tmp
                  f"mixer returns x's shape (`lra check {path}:Wrong` checks the whole contract)"]
   assert not any("Traceback" in line for line in err)
   assert not (run_dir / "final.json").exists()  # refused before training, nothing recorded
+
+
+def test_a_stopped_run_of_an_edited_file_says_restore_it_or_start_anew_and_nothing_loops(
+    layer_file, tmp_path, capsys, monkeypatch):
+  """`lra status` offered `--config.mixer_source.sha256=<old>`, which failed with "run the
+  command again", and so on; the dry run said "lra run resumes it" where the run said "holds
+  another run". Now all say: restore the file, or start a new run with a command that works."""
+  from lra.report import run_summary
+  monkeypatch.chdir(layer_file.parent.parent)
+  spec, results = "my_layers/mean_gate.py:MeanGate", Path("results")
+  config = resolve_config("synthetic", spec, "smoke", ["train.num_steps=40"])
+  run_dir = default_run_dir(config, results)
+  run_dir.mkdir(parents=True)
+  (run_dir / "config.json").write_text(json.dumps(config.to_dict()))
+  final = {"status": "interrupted", "task": "synthetic", "mixer": "MeanGate", "preset": "smoke",
+           "step": 20, "num_steps": 40, "best_step": -1, "val_accuracy": -1.0}
+  (run_dir / "final.json").write_text(json.dumps(final))
+  old = layer_file.read_text()
+  layer_file.write_text(old + "\n# hidden=64 works better\n")
+
+  said = run_summary.state_text(final, run_dir)
+  assert said.startswith("stopped at step 20 of 40") and "mixer_source" not in said
+  assert (f"the file of {spec} has changed since this run began (sha256 {_sha8_of(old)} then, "
+          f"now {_sha8(layer_file)}): restore it to resume, or start a new run with "
+          f"`lra run synthetic {spec} --preset smoke --config.train.num_steps=40`") in said
+  words = ["run", "synthetic", spec, "--preset", "smoke", "--run-dir", str(run_dir),
+           "--config.train.num_steps=40"]
+  assert main([*words, "--dry-run"]) == 0
+  folder = capsys.readouterr().out.splitlines()[1]
+  assert folder.startswith(f"run folder: {run_dir} (exists, interrupted at step 20; `lra run` "
+                           f"refuses it: it cannot resume: the file of {spec} has changed")
+  for extra in ([], [f"--config.mixer_source.sha256={config.mixer_source.sha256}"]):
+    assert main([*words, *extra, "--quiet"]) == 2  # refused before any data is made
+    err = capsys.readouterr().err
+    assert f"{run_dir} cannot resume: the file of {spec} has changed since" in err, err
+    assert "run the command again" not in err
+  new = said.split("start a new run with `", 1)[1].split("`", 1)[0]
+  assert main([*new.split()[1:], "--dry-run"]) == 0
+  assert capsys.readouterr().out.splitlines()[1].endswith("(new)")
+
+  layer_file.write_text(old)  # restored: the same run resumes
+  said = run_summary.state_text(final, run_dir)
+  assert said.endswith(f"`lra run synthetic {spec} --preset smoke --run-dir {run_dir} "
+                       "--config.train.num_steps=40` resumes it")
+  assert main([*words, "--dry-run"]) == 0
+  assert "resumes it" in capsys.readouterr().out.splitlines()[1]
+
+
+def _sha8_of(text):
+  return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+NAN_GATE = MEAN_GATE.replace("class MeanGate", "class NanGate").replace(
+    "* gate[:, None, :], carry", "* gate[:, None, :] * jnp.log(mean[:, None, :] * 0 - 1), carry")
+
+
+def test_check_shows_max_len_and_counts_one_cause_once(tmp_path, capsys):
+  """A layer whose output is NaN failed seven properties, read as seven problems; it is one."""
+  path = tmp_path / "nan_gate.py"
+  path.write_text(NAN_GATE)
+  assert main(["check", f"{path}:NanGate"]) == 1
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert ", T=24 (2 rows, the second ending in 7 pads), max_len=32 (T and the 8 pads" in lines[0]
+  assert "called as (x, mask, *, deterministic, carry=None) -> (y, carry)" in lines[0]
+  assert lines[3].startswith("FAIL  finite ") and not lines[3].endswith("[follows from finite]")
+  follow = [name for name in PROPERTIES for line in lines
+            if line.startswith(f"FAIL  {name:<19} ") and line.endswith("[follows from finite]")]
+  assert {"padding invariance", "jit", "finite gradients", "forward derivatives"} <= set(follow)
+  assert lines[-1].startswith(f"lra check: {1 + len(follow)} of {len(PROPERTIES)} properties "
+                              f"fail: finite; {len(follow)} more follow from finite, one cause")
+
+
+def test_a_wrong_call_signature_quotes_the_expected_one(tmp_path, capsys):
+  path = tmp_path / "old_style.py"
+  path.write_text(MEAN_GATE.replace("class MeanGate", "class OldStyle").replace(
+      "def __call__(self, x, mask, *, deterministic, carry=None):",
+      "def __call__(self, x, mask, deterministic):").replace(", carry  # carry", ", None  # c"))
+  expected = ("__call__(x, mask, deterministic) cannot be called as the encoder calls a mixer "
+              "(got an unexpected keyword argument 'carry'): a mixer is called as "
+              "(x, mask, *, deterministic, carry=None) -> (y, carry)")
+  assert main(["check", f"{path}:OldStyle"]) == 1
+  assert capsys.readouterr().out.splitlines()[1] == f"FAIL  shape               {expected}"
+  assert main(["run", "synthetic", f"{path}:OldStyle", "--preset", "smoke", "--quiet",
+               "--data-dir", str(tmp_path / "data"), "--run-dir", str(tmp_path / "run")]) == 2
+  err = capsys.readouterr().err.strip()
+  assert expected in err.splitlines()[-1] and "Traceback" not in err, err  # before training
+
+
+def test_nan_from_the_layer_names_the_forward_pass_and_lra_check(tmp_path, capsys):
+  """`loss is nan at step 2: diverged` read as an optimisation problem."""
+  path = tmp_path / "nan_gate.py"
+  path.write_text(NAN_GATE)
+  run_dir = tmp_path / "run"
+  assert main(["run", "synthetic", f"{path}:NanGate", "--preset", "smoke", "--quiet",
+               "--data-dir", str(tmp_path / "data"), "--run-dir", str(run_dir)]) == 1
+  out = capsys.readouterr().out
+  assert ("not finite in its forward pass from the initial parameters (not training "
+          "diverging)") in out
+  assert f"`lra check {path}:NanGate` runs the mixer on small inputs" in out
+  final = json.loads((run_dir / "final.json").read_text())
+  assert final["status"] == "diverged" and final["stop_reason"].startswith("forward pass: ")

@@ -66,7 +66,8 @@ def test_stopped_packed_unpacked_resumed_equals_uninterrupted(reference, tmp_pat
   assert stopped["status"] == "interrupted" and stopped["stop_reason"] == "--stop-after 50 s"
   assert 4 <= stopped["step"] < 20 and stopped["best_step"] > 0
   monkeypatch.undo()
-  assert "saved: the same command resumes it" in capsys.readouterr().out
+  out = capsys.readouterr().out
+  assert "saved: `lra run " in out and "` resumes it from this step" in out
 
   # Small parts, so the archive is split and unpacking must join them.
   monkeypatch.setattr(pack, "PART_BYTES", 40_000)

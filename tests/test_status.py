@@ -3,6 +3,8 @@ ledger's accelerator costs on `paper` cells as notes under the grid."""
 import json
 import os
 import platform
+import re
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +137,31 @@ def test_your_rows_come_first_and_the_grid_fits_100_columns(tmp_path, capsys):
   block = out.split("preset paper\n", 1)[1].split("\n\n", 1)[0].splitlines()
   assert block[1:3] == [YOURS, block[2]] and block[2].startswith("MeanGate@0123abcd ")
   assert block[2].split()[-1] == "40.00" and block[3] == COMMITTED
+
+
+def test_one_resume_command_from_tables_status_and_the_stop_message(tmp_path, capsys,
+                                                                    monkeypatch):
+  """Pasted from any of the three, the command resumes the run from where `lra` runs: the
+  tables' note named the folder relative to results/ (`--run-dir local/runs/...`: a new run)."""
+  from lra.report import run_summary
+  monkeypatch.chdir(tmp_path)
+  mine = Path("results") / "local"
+  run_dir = write_run(mine, "text", "latte", "paper", 0, 0.6, status="interrupted", step=1200,
+                      num_steps=5000)
+
+  def command(text):
+    return re.search(r"`(lra run [^`]*)` resumes it", " ".join(text.split())).group(1)
+
+  assert main(["table", "--results-dir", str(mine)]) == 0
+  from_table = command((mine / "tables" / "lra.md").read_text())
+  capsys.readouterr()
+  assert main(["status", "--results-dir", str(mine), "--mine-only", "--presets", "paper"]) == 0
+  from_status = command(capsys.readouterr().out)
+  final = json.loads((run_dir / "final.json").read_text())
+  from_stop = command("\n".join(run_summary.result_lines({**final, "run_dir": str(run_dir)})))
+  assert from_table == from_status == from_stop
+  assert f"--run-dir {run_dir}" in from_table and (tmp_path / run_dir).is_dir()
+  (tmp_path / "elsewhere").mkdir()
+  monkeypatch.chdir(tmp_path / "elsewhere")  # not under the working folder: named whole
+  whole = tmp_path / run_dir
+  assert f"--run-dir {whole.resolve()}" in command(run_summary.state_text(final, whole))

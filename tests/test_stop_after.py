@@ -201,7 +201,7 @@ def test_a_real_run_stops_before_its_limit_and_says_why(tmp_path):
   # final.json is the run's last write; the limit counts from the command's start, which comes
   # after Python's own (a few seconds on a loaded machine).
   assert final_path.stat().st_mtime - began < limit + 5, final_path.stat().st_mtime - began
-  assert "saved: the same command resumes it" in proc.stdout
+  assert "saved: `lra run " in proc.stdout and "` resumes it from this step" in proc.stdout
   steps = [int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name.isdigit()]
   assert max(steps) == final["step"]
 

@@ -30,7 +30,8 @@ def main(args: argparse.Namespace, overrides: list[str]) -> int:
   """The contract's properties, one line each; 1 if any fails."""
   from lra.configs.common import base_config
   from lra.models.mixers import find_mixer
-  from lra.models.mixers.contract import PADS, PROPERTIES, MixerContract
+  from lra.models.mixers.contract import (MEMORY_T, PADS, PROPERTIES, SIGNATURE, MixerContract,
+                                          follows_from_finite)
   from lra.runs.config_loading import apply_overrides, use_mixer
   for item in overrides:
     if not item.startswith("mixers."):
@@ -44,17 +45,23 @@ def main(args: argparse.Namespace, overrides: list[str]) -> int:
   contract = MixerContract(found.cls, settings, dim=args.dim, num_heads=args.heads)
   print(f"lra check {args.mixer}: {found.cls.__name__}"
         f"({', '.join(f'{k}={v!r}' for k, v in settings.items())}) at D={args.dim}, "
-        f"H={args.heads}, T={contract.length} (2 rows, the second ending in {PADS} pads)"
+        f"H={args.heads}, T={contract.length} (2 rows, the second ending in {PADS} pads), "
+        f"max_len={contract.module.max_len} (T and the {contract.extra_pads} pads the padding "
+        f"check appends; {MEMORY_T} for the memory check), called as {SIGNATURE}"
         + (f"; source sha256 {found.source['sha256'][:8]}" if found.source else ""), flush=True)
-  failed, skipped = [], []
+  failed, skipped, follow = [], [], []
+  finite = None
   for name in PROPERTIES:
     result = contract.check(name)
+    finite = result if name == "finite" else finite
     if result.skipped and contract.error is not None:
       skipped.append(name)  # after the mixer's own error: one block says it, not a line each
       continue
-    print(result.line(), flush=True)
+    consequence = follows_from_finite(finite, result)
+    print(result.line() + ("  [follows from finite]" if consequence else ""), flush=True)
     if result.passed is False and result.error is None:
       failed.append(name)
+      follow += [name] if consequence else []
     if result.skipped:
       skipped.append(name)
   if contract.error is not None:
@@ -62,7 +69,10 @@ def main(args: argparse.Namespace, overrides: list[str]) -> int:
           f"mend it and run `lra check {args.mixer}` again ({len(skipped)} properties not checked)")
     return 1
   if failed:
-    print(f"lra check: {len(failed)} of {len(PROPERTIES)} properties fail: {', '.join(failed)}"
+    causes = [name for name in failed if name not in follow]
+    print(f"lra check: {len(failed)} of {len(PROPERTIES)} properties fail: {', '.join(causes)}"
+          + (f"; {len(follow)} more follow from finite, one cause: y is NaN or inf, which each "
+             f"of {', '.join(follow)} reads (mend finite first)" if follow else "")
           + (f"; {len(skipped)} skipped until it passes" if skipped else ""))
     return 1
   if not args.fit:

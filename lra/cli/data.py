@@ -76,10 +76,21 @@ def add_parser(commands) -> None:
                           help="also write stats.json (distractors placed, ink, halo, components, "
                                "markers, marker-distance leak; docs/pathfinder.md compares them)")
 
-  prep = add_command(data_sub, "prepare", "raw release / archive -> cache")
-  prep.add_argument("task")
-  prep.add_argument("--source", type=Path, required=True)
-  prep.add_argument("--data-dir", type=Path)
+  prep = add_command(
+      data_sub, "prepare", "raw release / archive -> cache",
+      description="Raw release / archive -> cache: reads the files you downloaded (nothing is "
+      "downloaded here) into arrays under --data-dir, once. docs/data.md lists each archive, "
+      "its official URL, size and SHA-256.")
+  prep.add_argument("task", help="listops, text, retrieval, image, pathfinder or pathx (lra list)")
+  prep.add_argument("--source", type=Path, required=True, metavar="PATH",
+                    help="what you downloaded or generated: listops, retrieval, pathfinder, "
+                    "pathx: the unpacked LRA release (lra_release/, either nesting, or the task's "
+                    "own folder; listops, pathfinder: also the folder `lra data generate` wrote); "
+                    "text: aclImdb/, "
+                    "aclImdb_v1.tar.gz or a TFDS data dir; image: cifar-10-batches-py/, "
+                    "cifar-10-python.tar.gz or a TFDS data dir")
+  prep.add_argument("--data-dir", type=Path, help="where caches go (default $LRA_DATA_DIR, "
+                    "else ~/.cache/lra); runs read the same folder")
   prep.add_argument("--cache-name", help="folder under --data-dir (default: the task name)")
   prep.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                     help="task-specific prepare option (repeatable)")

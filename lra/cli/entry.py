@@ -11,14 +11,14 @@ from collections.abc import Sequence
 
 from lra.machine import stop_after  # first: it notes when the process started (--stop-after)
 from lra import errors  # light: imports nothing
-from lra.cli import (archive, bench, check, data, demo, diff, evaluate, listing, plot, pretrain,
-                     run, status, sweep, table)
+from lra.cli import (archive, bench, check, clean, data, demo, diff, evaluate, listing, plot,
+                     pretrain, run, status, sweep, table)
 from lra.runs import command
 
 # In the order `lra --help` lists them. Each module's add_parser adds its command(s) and sets
 # `handler`, the function that runs it.
-COMMANDS = (run, pretrain, check, listing, evaluate, archive, diff, plot, table, status, sweep,
-            bench, data)
+COMMANDS = (run, pretrain, check, listing, evaluate, archive, diff, plot, table, status, clean,
+            sweep, bench, data)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -230,7 +230,9 @@ def main(args: argparse.Namespace, overrides: Sequence[str]) -> int:
   print(f"lra sweep: {len(jobs)} runs ({summary})", file=sys.stderr)
   for job in jobs:
     if not job.pending:
-      print(f"# skip {job.run_dir} ({job.state}; delete it to run again)", file=sys.stderr)
+      again = ("`lra clean` removes the failed and diverged runs" if job.state in STOPPED else
+               "delete it")
+      print(f"# skip {job.run_dir} ({job.state}; {again} to run again)", file=sys.stderr)
   for item in unused_overrides({j.mixer_key for j in jobs}, overrides):
     print(f"lra sweep: warning: --config.{item}: no mixer of this sweep reads it",
           file=sys.stderr)
@@ -245,20 +247,64 @@ def main(args: argparse.Namespace, overrides: Sequence[str]) -> int:
     activate = None if str(args.env_activate) == "none" else args.env_activate
     python = "python" if activate else sys.executable
     if args.spt:
-      return _emit_spt(jobs, args, python, activate)
+      code = _emit_spt(jobs, args, python, activate)
+      print("\n".join(cost_lines(jobs, overrides, args.results_dir)))
+      return code
     args.out.write_text(slurm_script(jobs, args.sbatch, python, time=args.time,
                                      env_activate=activate))
     print(f"wrote {args.out}: sbatch {args.out}  ({len(pending)} array tasks)")
+    print("\n".join(cost_lines(pending, overrides, args.results_dir)))
     return 0
   if args.run:
     failed = run_jobs(jobs)
     for job in failed:
       print(f"lra sweep: failed: {job.command()}", file=sys.stderr)
-    print("lra sweep: done; `lra table` rebuilds the tables", file=sys.stderr)
+    print("\n".join(summary_lines(jobs)))
+    print("lra sweep: done; `lra table` rebuilds the tables"
+          + ("; `lra clean` removes the failed and diverged runs" if any(
+              run_state(j.run_dir) in STOPPED for j in jobs) else ""), file=sys.stderr)
     return 1 if failed else 0
   for job in pending:
     print(job.command() + ("  # resumes" if job.state == "partial" else ""))
   return 0
+
+
+def summary_lines(jobs: Sequence[Job]) -> list[str]:
+  """Where each run of the sweep stands now, one line each under a count by state: its score
+  when complete, else its state as `lra status` words it (and the command that resumes it)."""
+  from lra.report import run_summary  # pylint: disable=import-outside-toplevel
+  lines, counts = [], {}
+  for job in jobs:
+    state = run_state(job.run_dir)
+    counts[state] = counts.get(state, 0) + 1
+    try:
+      final = json.loads((job.run_dir / "final.json").read_text())
+    except (OSError, ValueError):
+      final = {}
+    if final.get("status") == "complete":
+      detail = run_summary.result_lines(final)[1].strip()
+    elif final:
+      detail = run_summary.state_text(final, job.run_dir)
+    else:
+      detail = "not started"
+    lines.append(f"  {state:<9} {job.task} x {job.mixer} {job.run_dir.name}: {detail}")
+  head = f"lra sweep: {len(jobs)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+  return [head, *lines]
+
+
+def cost_lines(jobs: Sequence[Job], overrides: Sequence[str], results_dir: Path) -> list[str]:
+  """Each array task's run and what it costs where the dry run knows a speed of its config
+  (lra.report.dry_run.costs: runs, bench records, the ledger), one line each."""
+  from lra.report import dry_run  # pylint: disable=import-outside-toplevel
+  from lra.runs.command import run_config  # pylint: disable=import-outside-toplevel
+  lines = ["cost of each array task, as `lra run ... --dry-run` knows it:"]
+  for index, job in enumerate(jobs):
+    known = dry_run.costs(run_config(job.argv), overrides, results_dir)[1:-1]
+    # "DEVICE: COST, RATE steps/s: SOURCE" -> "DEVICE: COST, RATE steps/s"
+    cost = "; ".join(": ".join(line.strip().split(": ")[:2]) for line in known)
+    lines.append(f"  [{index}] {job.task} x {job.mixer} {job.run_dir.name}: "
+                 + (cost or "no measured speed of this config (`lra bench --epoch` times one)"))
+  return lines
 
 
 def _emit_spt(jobs: Sequence[Job], args: argparse.Namespace, python: str,

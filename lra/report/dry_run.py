@@ -255,9 +255,15 @@ def describe(task: str, mixer: str, preset: str, overrides: Sequence[str] = (), 
     data = "missing. " + missing
   rows = sources(task, mixer, preset, overrides)
   width = max(len(f"{k} = {v!r}") for k, v, _ in rows)
+  # What `lra run` itself would refuse, in its words (a folder of another run, a changed file).
+  from lra.runs import pack  # pylint: disable=import-outside-toplevel
+  from lra.runs.config_loading import preset_reference  # pylint: disable=import-outside-toplevel
+  refused = pack.refusal(run_dir, config.to_dict(), preset_reference(config.to_dict()) or {})
+  folder = (f"{_run_folder_state(run_dir, verdict=False)}; `lra run` refuses it: it {refused}"
+            if refused else _run_folder_state(run_dir))
   lines = [f"{task} x {config.model.mixer} (preset {preset}): dry run, nothing is trained or "
            "written.",
-           f"run folder: {run_dir} ({_run_folder_state(run_dir)})",
+           f"run folder: {run_dir} ({folder})",
            f"data: {cache} ({data})", _input_line(config, cache),
            batching_line(config),
            *costs(config, overrides, results_dir),

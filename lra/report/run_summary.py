@@ -55,14 +55,29 @@ def stopped(final: Mapping[str, Any], run_dir: Path | None = None) -> bool:
           and not run_lock.RunDirLock(Path(run_dir), take=False).held())
 
 
+def from_here(path: str | Path) -> Path:
+  """A run folder as a command typed in the working folder names it: relative to it when under
+  it, else absolute. Tables, `lra status` and the stop message all name a folder so, so the
+  command each prints to resume a run is the same, and valid where `lra` runs."""
+  path = Path(path)
+  try:
+    return path.resolve().relative_to(Path.cwd().resolve())
+  except ValueError:
+    return path.resolve()
+
+
 def resume_text(run_dir: Path, shown: Path | None = None) -> str:
   """"`lra run ...` resumes it": the command that resumes a stopped run, from its config.json
-  (lra.runs.pack.resume_command), naming the folder as `shown` (default: `run_dir`, where it is
-  read); "" where the folder cannot say."""
+  (lra.runs.pack.resume_command), naming the folder as `shown` (default: from_here(run_dir));
+  "" where the folder cannot say. A run of an own mixer whose file has changed since cannot
+  resume: the text says so, and gives the command of a new run instead."""
   from lra.runs import pack  # pylint: disable=import-outside-toplevel (JAX: only when needed)
   try:
-    command = pack.resume_command(run_identity.read_config(Path(run_dir) / "config.json"),
-                                  Path(shown or run_dir))
+    config = run_identity.read_config(Path(run_dir) / "config.json")
+    changed = pack.mixer_changed(config)
+    if changed:
+      return pack.changed_mixer_text(config, changed)
+    command = pack.resume_command(config, Path(shown or from_here(run_dir)))
   except (OSError, ValueError, KeyError):
     return ""
   return f"`{command}` resumes it" if command else ""
@@ -73,7 +88,8 @@ def state_text(final: Mapping[str, Any], run_dir: Path | None = None,
   """The state of a run that is not complete, as tables, `lra status` and the ledger name it:
   "in progress: step 1,200 of 5,000, best so far 35.10% test at the best val step 1,000" (or
   ", no evaluation yet"); "stopped at step 1,200 of 5,000, ..." for a run no process is running
-  (`run_dir` given: with the command that resumes it, naming the folder as `shown` if given);
+  (`run_dir` given: with the command that resumes it, naming the folder as `shown` if given,
+  else as from_here does);
   "diverged (loss not finite) at step 6 of 5,000, before its first evaluation"."""
   status = final.get("status") or "unknown"
   if status in ("interrupted", "running"):  # a killed run's final.json still says running
@@ -87,6 +103,9 @@ def state_text(final: Mapping[str, Any], run_dir: Path | None = None,
     resume = resume_text(run_dir, shown) if halted and run_dir is not None else ""
     return text + (f"; {resume}" if resume else "")
   where = "diverged (loss not finite)" if status == "diverged" else status
+  part = str(final.get("stop_reason") or "").split(":", 1)[0]  # train._non_finite_cause's
+  if status == "diverged" and part in ("forward pass", "backward pass"):
+    where = f"not finite in its {part} from the initial parameters (not training diverging),"
   text = f"{where} at {progress(final)}"
   return text if evaluated(final) else text + ", before its first evaluation"
 
@@ -148,8 +167,12 @@ def result_lines(result: Mapping[str, Any]) -> list[str]:
   wall = number(result.get("wall_time_s"))
   cost.append(f"{wall or 0:.0f}s on {result.get('device')}")
   lines.append("  " + ", ".join(cost))
+  if status == "diverged" and result.get("stop_reason"):  # why: the model, or its training
+    lines.append(f"  why: {result['stop_reason']}")
   if status == "interrupted":
-    lines.append("  saved: the same command resumes it from this step")
+    resume = resume_text(Path(result["run_dir"])) if result.get("run_dir") else ""
+    lines.append("  saved: " + (resume.replace(" resumes it", " resumes it from this step")
+                                if resume else "the same command resumes it from this step"))
   if denoising and result.get("run_dir"):
     command = _fine_tune_command(Path(result["run_dir"]), partial=status != "complete")
     if command:

@@ -143,8 +143,7 @@ def grid(yours: Iterable[Mapping[str, Any]], committed: Iterable[Mapping[str, An
           halted = max((r for r in mine if (r["mixer"], _variant(r), r["source"], r["task"]) ==
                         (mixer, variant, source, task) and r["status"] != "complete"),
                        key=lambda r: run_summary.number(r["step"]) or 0)
-          resume = run_summary.resume_text(halted["path"], _from_here(halted["path"])) if (
-              halted.get("path")) else ""
+          resume = run_summary.resume_text(halted["path"]) if halted.get("path") else ""
           note = f"{TASK_TITLES.get(task, task)}, {mixer}: stopped; {resume}" if resume else note
         row.append((text, note))
       (table.yours if source == YOURS else table.committed).append(row)
@@ -162,16 +161,6 @@ def grid(yours: Iterable[Mapping[str, Any]], committed: Iterable[Mapping[str, An
                    for note, k in marks.items()]
     tables[preset] = table
   return tables
-
-
-def _from_here(path: str | Path) -> Path:
-  """A run folder as a command typed here names it: relative to the working folder when under
-  it."""
-  path = Path(path)
-  try:
-    return path.resolve().relative_to(Path.cwd().resolve())
-  except ValueError:
-    return path
 
 
 def render(tables: Mapping[str, Grid]) -> str:

@@ -301,10 +301,10 @@ def _build(results_dir: Path, published_csv: Path = REFERENCE_CSV,
             f"{folder}/runs/{pattern}/*/*/final.json (mean and sample std over seeds){beside} "
             "and lra/reference/published_lra.csv. Do not edit: rerun `lra table`.")
   skipped = runs[runs["status"] != "complete"]
-  # Each folder as the table names it (from the results folder's parent), wherever it is read.
+  # Each folder as the table names it (from the results folder's parent); the command that
+  # resumes it names the folder from where `lra` runs, as `lra status` and the stop message do.
   note = ("Not counted (not complete): " + ", ".join(
-      f"{r['run_dir']} ("
-      f"{run_summary.state_text(r, results_dir.parent / r['run_dir'], Path(r['run_dir']))})"
+      f"{r['run_dir']} ({run_summary.state_text(r, results_dir.parent / r['run_dir'])})"
       for r in skipped.to_dict("records"))
       + ".") if len(skipped) else ""
   files = {}

@@ -18,7 +18,7 @@ import ml_collections
 from lra import errors
 from lra.configs import common
 from lra.runs import run_identity
-from lra.tasks import TASKS, prepared
+from lra.tasks import TASKS, prepared, unknown_task
 from lra.tasks.contract.cache import PreparedData
 
 
@@ -26,7 +26,7 @@ def load_config(task: str, preset: str = "paper",
                 mixer: str = "latte") -> ml_collections.ConfigDict:
   """`configs/<task>.py:get_config("PRESET,mixer=MIXER")`, or an error naming what exists."""
   if task not in TASKS:
-    raise errors.UnknownName(f"Unknown task '{task}'. Valid tasks: {', '.join(sorted(TASKS))}")
+    raise unknown_task(task)
   return importlib.import_module(f"lra.configs.{task}").get_config(f"{preset},mixer={mixer}")
 
 

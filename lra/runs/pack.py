@@ -374,6 +374,75 @@ def resume_command(config: dict[str, Any], run_dir: Path) -> str | None:
                      str(run_dir), *start, *settings])
 
 
+def mixer_changed(config: dict[str, Any]) -> tuple[str, str] | None:
+  """(sha256 the run recorded, sha256 of the file at its spec now, "" when it is not there or
+  does not import) for a run of an own mixer whose file has changed since; None otherwise. Such
+  a run cannot resume (its model would not be the one it trained, lra.models.build), and naming
+  the old sha256 on the command line only moves the refusal later."""
+  source = config.get("mixer_source") or {}
+  if not source.get("sha256") or not source.get("spec"):
+    return None
+  from lra.models.mixers import find_mixer  # pylint: disable=import-outside-toplevel
+  try:
+    now = find_mixer(source["spec"]).source["sha256"]
+  except (errors.UserError, OSError, ImportError):
+    now = ""
+  return None if now == source["sha256"] else (source["sha256"], now)
+
+
+def new_run_command(config: dict[str, Any]) -> str | None:
+  """The `lra run` of the same settings in a folder of its own (no --run-dir): what starts
+  again a run that cannot resume. None as for resume_command."""
+  from lra.runs import run_identity  # pylint: disable=import-outside-toplevel
+  words = _run_words(config)
+  if words is None:
+    return None
+  head, settings = words
+  phase = run_identity.phase(config)
+  start = []
+  if phase == "spt":
+    ours = run_identity.flatten(config)
+    start = ["--init-from", str(ours["spt.init_from"]),
+             *(["--allow-partial"] if ours.get("spt.allow_partial") else [])]
+  return shlex.join(["lra", "pretrain" if phase == "pretrain" else "run", *head, *start,
+                     *settings])
+
+
+def changed_mixer_text(config: dict[str, Any], changed: tuple[str, str]) -> str:
+  """What a run of a changed mixer file (mixer_changed) needs, in the words `lra status`, the
+  tables, a dry run and the run itself all use: "the file of SPEC has changed since this run
+  began (sha256 ...): restore it to resume, or start a new run with `...`"."""
+  old, now = changed
+  spec = config["mixer_source"]["spec"]
+  state = f"now {now[:8]}" if now else "now not found or not importable here"
+  new = new_run_command(config)
+  return (f"the file of {spec} has changed since this run began (sha256 {old[:8]} then, {state}):"
+          " restore it to resume" + (f", or start a new run with `{new}`" if new else ""))
+
+
+def refusal(run_dir: Path, config: dict[str, Any], reference: dict[str, Any]) -> str | None:
+  """Why `lra run` with `config` will not train in `run_dir` (None: it starts or resumes there),
+  as the words after the folder's name; `lra run` raises it and its dry run prints it, so the
+  two agree. `reference`: today's preset (lra.runs.config_loading.reference_config)."""
+  from lra.runs import run_identity  # pylint: disable=import-outside-toplevel
+  changed = mixer_changed(config)  # the command names the sha256 of an older file
+  if changed:
+    return f"cannot resume: {changed_mixer_text(config, changed)}"
+  previous = Path(run_dir) / "config.json"
+  if not previous.exists():
+    return None
+  stored = run_identity.read_config(previous)
+  reasons = run_identity.same_run(stored, config, reference)
+  if not reasons:
+    return None
+  changed = mixer_changed(stored)
+  if changed and all("mixer_source." in reason for reason in reasons):
+    return f"cannot resume: {changed_mixer_text(stored, changed)}"
+  more = f", and {len(reasons) - 4} more" if len(reasons) > 4 else ""
+  return (f"holds another run ({'; '.join(reasons[:4])}{more}); pass --run-dir for a new run, "
+          "or delete that folder to start over")
+
+
 def fine_tune_command(config: dict[str, Any], run_dir: Path, *, partial: bool = False
                       ) -> str | None:
   """The `lra run` command that fine-tunes from the self-pretraining run of `config` in
@@ -414,7 +483,10 @@ def _run_words(config: dict[str, Any]) -> tuple[list[str], list[str]] | None:
   ours, theirs = run_identity.flatten(config), run_identity.flatten(reference)
   logs = [f"{key}={ours[key]}" for key in ours.keys() & theirs.keys()
           if key.startswith(run_identity.NOT_IDENTITY) and ours[key] != theirs[key]]
-  settings = sorted({*run_identity.departures(config, reference), *block, *logs})
+  # The mixer's file is named by its spec alone: a recorded sha256 on the command line would only
+  # refuse to build a file that has changed since (mixer_changed says what to do then).
+  settings = sorted(item for item in {*run_identity.departures(config, reference), *block, *logs}
+                    if not item.startswith("mixer_source."))
   seed = ours.get(run_identity.SEED_KEY, 0)
   head = [config["task"], source.get("spec") or mixer, "--preset", config["preset"],
           *(["--seed", str(seed)] if seed else [])]

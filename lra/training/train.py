@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import math
@@ -605,6 +606,9 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
     return files.final("interrupted", step, book, None, wall(), rate, stop_reason=reason)
 
   fit = _Fit(config)
+  # One output of each step dispatched since the last log point (which waits for them all): the
+  # host runs ahead of the device, so a stop can wait for many (_wait_for_queued says so).
+  queued: collections.deque = collections.deque(maxlen=_QUEUE_SEEN)
   with interrupts.StopRequest() as stop, _faults_end_the_run(ended, ckpt, fit, files.run_dir):
     if deadline is not None:
       late = deadline.before_training(step, init_s, init_s, "JAX, the data, the model")
@@ -633,12 +637,14 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
       if agree:
         for batch in micro:
           batch["stop"] = np.full(len(batch["label"]), stop.requested, np.int32)
-      state, sums = s.train_step(state, [s.put(batch, micro_rows) for batch in micro])
+      placed = [s.put(batch, micro_rows) for batch in micro]
+      state, sums = s.train_step(state, placed)
       # Read one step late, so the host keeps the next step queued; all read the same step's.
       previous_flag, flag = flag, sums.pop("stop", None)
       # Summed on the device; fetched only at log points so the host never waits in between.
       window = sums if window is None else add(window, sums)
       step += 1
+      queued.append((step, sums["count"]))
       if on_step is not None and on_step(step, micro, state, sums) and not stop.requested:
         stop.requested, stop.signal_name = True, "the step observer"
       book.window_steps += 1
@@ -657,10 +663,12 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
         files.metrics.write(step, metrics)
         bar.show(step, metrics, rate)
         if not math.isfinite(metrics["train/loss"]):
-          bar.message(f"loss is {metrics['train/loss']} at step {step}: stopping (diverged)")
+          cause = _non_finite_cause(config, s, data.spec, placed)  # the summary says it
+          bar.message(f"loss is {metrics['train/loss']} at step {step}: stopping")
           ckpt.wait()
-          return files.final("diverged", step, book, None, wall(), rate)
+          return files.final("diverged", step, book, None, wall(), rate, stop_reason=cause)
         window, book.window_steps = None, 0
+        queued.clear()  # device_get above waited for every step so far
         throughput.restart()
         ckpt.seal()  # a finished save gets its manifest now, not only at the next save
       if step % config.eval.every_steps == 0 or step == tc.num_steps:
@@ -685,14 +693,73 @@ def _loop(config: ml_collections.ConfigDict, data: PreparedData, s: Setup, state
       requested = (bool(jax.device_get(previous_flag)) if previous_flag is not None
                    else stop.requested and not agree)
       if requested and step < tc.num_steps:
-        bar.message(f"{stop.signal_name or 'a stop request on another process'} at step {step}: "
-                    "saving a checkpoint and stopping")
+        name = stop.signal_name or "a stop request on another process"
+        bar.message(f"{name} at step {step}: saving a checkpoint there and stopping")
+        _wait_for_queued(queued, step, rate, bar, ckpt.latest_step())
+        began = time.monotonic()
         save(step, window)
         ckpt.wait()
+        bar.message(f"saved step {step} ({time.monotonic() - began:.0f} s)")
         return files.final("interrupted", step, book, None, wall(), rate,
                            stop_reason=stop.signal_name or "stop requested on another process")
     ckpt.wait()
   return files.final("complete", step, book, last_test, wall(), rate)
+
+
+def _non_finite_cause(config: ml_collections.ConfigDict, s: Setup, spec: TaskSpec,
+                      batch: Sequence[Mapping[str, jax.Array]]) -> str:
+  """Why the loss stopped being finite, for final.json's stop_reason: "forward pass: ...",
+  "backward pass: ..." or "training: ..." (run_summary words the run's state by that first
+  part), or "" when it cannot tell. One training step on the last step's batch from freshly
+  initialised parameters tells a model whose forward or backward pass is not finite before any
+  update (a mixer's: `lra check` finds where) from training that blew up. Every process calls
+  this (the step is collective)."""
+  mixer = config.get("mixer_source", {}).get("spec") or config.model.mixer
+  check = (f"`lra check {mixer}` runs the mixer on small inputs and names what is not finite "
+           "(its outputs, gradients, pads)")
+  try:
+    _, sums = s.train_step(init_state(s, spec, config.train.seed), batch)
+    sums = jax.device_get(sums)
+  except Exception:  # noqa: BLE001 - a diagnosis must not hide the run's own ending
+    return ""
+  if not np.isfinite(sums["loss_sum"]):
+    return ("forward pass: the loss is not finite from the initial parameters on this batch, "
+            "before any update, so this is the model, not an optimisation problem; " + check)
+  if not np.isfinite(sums["grad_norm"]):
+    return ("backward pass: the loss is finite from the initial parameters but its gradients "
+            "are not, so the first update spoils every parameter; " + check)
+  return ("training: from the initial parameters this batch's loss and gradients are finite, "
+          "so training itself blew up (a lower train.learning_rate, or train.grad_clip_norm, "
+          "may hold it)")
+
+
+_QUEUE_SEEN = 100_000  # steps: far more than a host ever runs ahead between two log points
+_STILL_WAITING_S = 10
+
+
+def _wait_for_queued(queued: Sequence[tuple[int, jax.Array]], step: int, rate: float,
+                     bar: Steps, saved: int | None) -> None:
+  """Waits, saying for what, until the device has run every step dispatched up to `step`.
+
+  On a CPU the host may dispatch dozens of steps ahead of the device (jit is asynchronous), so
+  after Ctrl-C the save waited silently for all of them (~100 s at 3 s a step). Polled, not
+  blocked on, so a second Ctrl-C stops at once; `saved` is the step that then resumes.
+  """
+  pending = [(s, out) for s, out in queued if not out.is_ready()]
+  if not pending:
+    return
+  guess = f", about {len(pending) / rate:.0f} s at {rate:.2f} steps/s" if rate else ""
+  bar.message(f"the device is at step {pending[0][0] - 1}: waiting for the {len(pending)} steps "
+              f"already queued up to step {step}{guess}, then saving; Ctrl-C again stops now "
+              "without saving (the run then resumes from "
+              + (f"step {saved})" if saved else "its start)"))
+  said = time.monotonic()
+  while pending:
+    time.sleep(0.05)
+    pending = [(s, out) for s, out in pending if not out.is_ready()]
+    if pending and time.monotonic() - said >= _STILL_WAITING_S:
+      bar.message(f"still waiting: the device is at step {pending[0][0] - 1} of {step}")
+      said = time.monotonic()
 
 
 def _eval_line(step: int, metrics: dict[str, float], book: Book,

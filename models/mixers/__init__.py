@@ -92,6 +92,13 @@ def find_mixer(spec: str) -> FoundMixer:
     return FoundMixer(spec, cls, {"spec": spec, "import": ep.value, "distribution": dist,
                                   "sha256": _sha256(inspect.getsourcefile(cls))})
   where, sep, name = spec.rpartition(":")
+  if not sep and spec.endswith(".py"):  # a file without its class: say which classes it has
+    path = Path(os.path.normpath(spec))
+    found = _module_classes(_import_file(path.expanduser(), spec))
+    example = (f" e.g. {path.as_posix()}:{found[0]}" if found else "")
+    raise errors.UnknownName(f"Mixer '{spec}' names a file, not a class in it: pass "
+                             f"{path.as_posix()}:ClassName,{example} (Module classes there: "
+                             f"{', '.join(found) or 'none'}).")
   if not sep or not where or not name.isidentifier():
     valid = ", ".join([*MIXERS, *installed])
     raise errors.UnknownName(f"Unknown mixer '{spec}'. Valid mixers: {valid}; or your own as "
@@ -108,8 +115,7 @@ def find_mixer(spec: str) -> FoundMixer:
       raise errors.UnknownName(f"Mixer '{spec}': no module {where} on the Python path ({e}). For a "
                                "file, pass path/to/file.py:ClassName.") from None
   if not isinstance(getattr(module, name, None), type):
-    found = [k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)
-             and v.__module__ == module.__name__]
+    found = _module_classes(module)
     raise errors.UnknownName(f"Mixer '{spec}': {where} has no class {name}. Module classes there: "
                              f"{', '.join(found) or 'none'}.")
   cls = _check_contract(getattr(module, name), spec)
@@ -117,6 +123,15 @@ def find_mixer(spec: str) -> FoundMixer:
     raise errors.BadValue(f"Mixer '{spec}': its class name is a registered mixer's name, which "
                           "names its config block; rename the class.")
   return FoundMixer(name, cls, {"spec": spec, "sha256": _sha256(inspect.getsourcefile(cls))})
+
+
+def _module_classes(module: Any) -> list[str]:
+  """The Flax module classes a module defines, those with the contract's fields (dim,
+  num_heads, max_len) first."""
+  found = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, nn.Module)
+           and v.__module__ == module.__name__]
+  fields = lambda cls: {f.name for f in dataclasses.fields(cls)}  # noqa: E731
+  return [v.__name__ for v in sorted(found, key=lambda v: not set(CONTRACT_FIELDS) <= fields(v))]
 
 
 def get_mixer(spec: str) -> type[nn.Module]:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -67,11 +69,36 @@ class MixerShapeError(errors.BadValue):
   """A mixer whose output is not (y of x's shape, carry); one line that says what it returned."""
 
 
+# How the encoder calls every mixer (models/encoder.py), as a user's file should declare it.
+SIGNATURE = "(x, mask, *, deterministic, carry=None) -> (y, carry)"
+
+
+def signature_problem(cls: type[nn.Module]) -> str | None:
+  """What keeps `cls.__call__` from being called as the encoder calls a mixer,
+  `mixer(x, mask, deterministic=..., carry=...)`, quoting the signature it has and the one
+  expected; None when it can be (read from the signature: nothing is run)."""
+  try:
+    signature = inspect.signature(cls.__call__)
+  except (TypeError, ValueError):
+    return None  # a signature Python cannot read: the call itself will say
+  try:
+    signature.bind(None, "x", "mask", deterministic=True, carry=None)
+  except TypeError as e:
+    shown = str(signature).replace("(self, ", "(", 1)
+    return (f"__call__{shown} cannot be called as the encoder calls a mixer ({e}): a mixer "
+            f"is called as {SIGNATURE}")
+  return None
+
+
 def shape_problem(module: nn.Module, x_shape: tuple[int, ...]) -> str | None:
   """What is wrong with the form of `module(x[B,T,D], mask[B,T], deterministic=True)`'s output,
-  e.g. "returned [2, 24, 8] for x [2, 24, 16]: a mixer returns x's shape"; None when it is
-  (y [B,T,D] of x's shape, carry). Traced by jax.eval_shape: nothing is computed, so it is cheap
-  at any size. An exception of the mixer's own propagates."""
+  e.g. "returned [2, 24, 8] for x [2, 24, 16]: a mixer returns x's shape", or with its call
+  signature (signature_problem); None when it is (y [B,T,D] of x's shape, carry). Traced by
+  jax.eval_shape: nothing is computed, so it is cheap at any size. An exception of the mixer's
+  own propagates."""
+  problem = signature_problem(type(module))
+  if problem:
+    return problem
   x = jax.ShapeDtypeStruct(tuple(x_shape), jnp.float32)
   mask = jax.ShapeDtypeStruct(tuple(x_shape[:2]), jnp.bool_)
   out, _ = jax.eval_shape(lambda key, a, m: module.init_with_output(key, a, m, deterministic=True),
@@ -366,6 +393,21 @@ PROPERTIES: dict[str, Callable[[MixerContract], tuple[bool | None, str]]] = {
     "forward derivatives": MixerContract.forward_derivatives,
     "memory": MixerContract.memory,
 }
+
+
+# Properties that measure y (or its gradients): once y is not finite they fail for that reason
+# alone, with NaN or inf where their numbers would be (`follows_from_finite`).
+READ_Y = ("padding invariance", "bidirectional", "jit", "deterministic", "carry",
+          "finite gradients", "forward derivatives")
+_NOT_FINITE = re.compile(r"\b(nan|inf)\b|NaN/inf", re.IGNORECASE)
+
+
+def follows_from_finite(finite: Result | None, result: Result) -> bool:
+  """Whether `result` fails only because y is not finite (`finite` failed, and the property
+  reads y and measured NaN or inf): one cause, reported once rather than as several."""
+  return (finite is not None and finite.passed is False and finite.error is None
+          and result.name in READ_Y and result.passed is False and result.error is None
+          and bool(_NOT_FINITE.search(result.detail)))
 
 
 def check_shape_before_training(mixer_factory: Callable[..., nn.Module], spec: str, *,

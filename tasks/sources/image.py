@@ -9,13 +9,12 @@ from __future__ import annotations
 import dataclasses
 import io
 import pickle
-import tarfile
 from pathlib import Path
 
 import numpy as np
 
 from lra import errors
-from lra.tasks.sources import pixels, tfds_reader
+from lra.tasks.sources import downloads, pixels, tfds_reader
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.fingerprint import sha256_of
 from lra.tasks.sources.release import locate
@@ -32,7 +31,7 @@ TFDS_NAME = "cifar10"
 TOKENIZER = ("grayscale = trunc(255.5 * sum(w * rgb / 255)) in float32, w = ITU-R 601 "
              "(0.2989, 0.5870, 0.1140), as tf.image.rgb_to_grayscale; pixels 0-255 as tokens, "
              "row-major 32x32")
-URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"  # Krizhevsky 2009
+URL = downloads.CIFAR10.url  # Krizhevsky 2009
 COMMAND = ("lra data prepare image --source PATH   (PATH = cifar-10-batches-py/, "
            "cifar-10-python.tar.gz, or a TFDS data dir holding cifar10)")
 BATCH_FILES = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
@@ -71,14 +70,21 @@ class _ArrayUnpickler(pickle.Unpickler):
     return super().find_class(module, name)
 
 
-def _unpickle_batch(data: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
-  """(rgb[N, 32, 32, 3] uint8, labels[N]) of one CIFAR-10 python batch."""
+def _unpickle_batch(data: bytes, where: str, path: Path, archive: bool) -> tuple[np.ndarray,
+                                                                                 np.ndarray]:
+  """(rgb[N, 32, 32, 3] uint8, labels[N]) of one CIFAR-10 python batch.
+
+  `where` names the batch, `path` is the file read (the pickle, or the archive holding it,
+  `archive`), whose size and sha256 a damaged batch's error gives.
+  """
   try:
     batch = _ArrayUnpickler(io.BytesIO(data), encoding="bytes").load()
     images = np.asarray(batch.get(b"data", batch.get("data")))
     labels = np.asarray(batch.get(b"labels", batch.get("labels")), dtype=np.int64)
-  except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError) as e:
-    raise errors.BadValue(f"{where}: not a CIFAR-10 python batch ({e}).\nTry: {COMMAND}") from None
+  except Exception as e:  # noqa: BLE001 - junk bytes make the unpickler raise almost anything
+    raise downloads.damaged(path, downloads.CIFAR10, (f"{where} is " if archive else "") +
+                            f"not a CIFAR-10 python batch ({type(e).__name__}: {e})", COMMAND,
+                            inside=None if archive else downloads.CIFAR10) from None
   if images.dtype != np.uint8 or images.ndim != 2 or images.shape[1] != 3 * SEQ_LEN:
     raise errors.BadValue(f"{where}: expected b'data' uint8 [N, 3072], found {images.dtype} "
                           f"{list(images.shape)}.")
@@ -110,7 +116,7 @@ def _find(root: Path) -> _Source | None:
 def _locate(source: Path) -> _Source:
   return locate(source, _find, "CIFAR-10: the cifar-10-batches-py/ folder (data_batch_1..5, "
                 "test_batch), the cifar-10-python.tar.gz archive, or a TFDS data dir holding "
-                "cifar10/<version>/", COMMAND)
+                "cifar10/<version>/", COMMAND, download=downloads.CIFAR10)
 
 
 def _batch_paths(folder: Path) -> list[Path]:
@@ -145,25 +151,25 @@ def _read(src: _Source) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return _read_tfds(src.path)
   gray: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
-  def add(name: str, blob: bytes) -> None:
-    rgb, labels = _unpickle_batch(blob, f"{src.path}/{name}")
+  def add(name: str, blob: bytes, path: Path, archive: bool) -> None:
+    rgb, labels = _unpickle_batch(blob, f"{src.path}/{name}", path, archive)
     gray[name] = (to_grayscale(rgb), labels)
 
   if src.format == "cifar-10-batches-py":
     for path in _batch_paths(src.path):
-      add(path.name, path.read_bytes())
+      add(path.name, path.read_bytes(), path, False)
   else:
     wanted = {name for names in BATCH_FILES.values() for name in names}
-    with tarfile.open(src.path, "r|gz") as archive:
+    with downloads.open_tar_gz(src.path, downloads.CIFAR10, COMMAND) as archive:
       for member in archive:
         name = Path(member.name).name
         if member.isfile() and name in wanted and Path(member.name).parent.name == (
             "cifar-10-batches-py"):
-          add(name, archive.extractfile(member).read())
+          add(name, archive.extractfile(member).read(), src.path, True)
     missing = sorted(wanted - set(gray))
-    if missing:
-      raise errors.NotFound(f"{src.path} lacks cifar-10-batches-py/{{{', '.join(missing)}}}.\n"
-                            f"Try: {COMMAND}")
+    if missing:  # another archive (CIFAR-100's, say)
+      raise downloads.damaged(src.path, downloads.CIFAR10, "lacks cifar-10-batches-py/"
+                              f"{{{', '.join(missing)}}}", COMMAND)
   return {split: (np.concatenate([gray[n][0] for n in names]),
                   np.concatenate([gray[n][1] for n in names]))
           for split, names in BATCH_FILES.items()}

@@ -17,6 +17,7 @@ from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.fingerprint import sha256_of
 from lra.base.progress import Meter
 from lra.tasks.generators import listops as listops_generator
+from lra.tasks.sources import downloads
 from lra.tasks.sources.release import RELEASE_URL, locate
 from lra.tasks.contract.spec import Task
 
@@ -27,6 +28,8 @@ NUM_CLASSES = 10
 SPLIT_FILES = {"train": "basic_train.tsv", "val": "basic_val.tsv", "test": "basic_test.tsv"}
 GENERATE_COMMAND = ("lra data generate listops --out DIR && "
                     "lra data prepare listops --source DIR")
+REFETCH_COMMAND = ("lra data prepare listops --source PATH/lra_release (or generate the files: "
+                   f"{GENERATE_COMMAND})")
 
 
 def tokenize(source: str) -> list[int]:
@@ -43,32 +46,38 @@ def read_tsv(path: Path, meter: Meter | None = None) -> tuple[list[list[int]], l
   characters read (bytes: the format is ASCII).
 
   Raises:
-    ValueError naming the file and line of a malformed row.
+    ValueError naming the file and line of a malformed row, the file's size and sha256, and how
+    to fetch or generate it again (a junk or cut-short file is the user's to replace).
   """
   tokens, labels = [], []
-  with open(path, encoding="utf-8") as f:
-    header = f.readline().rstrip("\n").split("\t")
-    if header != ["Source", "Target"]:
-      raise errors.BadValue(f"{path}:1: expected the header 'Source<TAB>Target', found {header!r}")
-    for line_number, line in enumerate(f, start=2):
-      if meter is not None:
-        meter.advance(len(line))
-      line = line.rstrip("\n")
-      if not line:
-        continue
-      fields = line.split("\t")
-      if len(fields) != 2:
-        raise errors.BadValue(f"{path}:{line_number}: expected 2 tab-separated fields "
-                              f"(Source, Target), found {len(fields)}")
-      source, target = fields
-      if target.strip() not in {str(d) for d in range(NUM_CLASSES)}:
-        raise errors.BadValue(f"{path}:{line_number}: Target must be a digit 0-9, found {target!r}")
-      try:
-        tokens.append(tokenize(source))
-      except KeyError as e:
-        raise errors.BadValue(f"{path}:{line_number}: unknown ListOps symbol {e.args[0]!r} "
-                              f"(valid: {' '.join(SYMBOLS[1:])} and parentheses)") from None
-      labels.append(int(target))
+
+  def bad(number: int, problem: str) -> errors.BadValue:
+    return downloads.damaged(path, downloads.LRA_RELEASE, problem, REFETCH_COMMAND,
+                             inside=downloads.LRA_RELEASE, line=number)
+
+  lines = downloads.text_table(path, "a ListOps TSV", downloads.LRA_RELEASE, REFETCH_COMMAND)
+  header = next(lines, "").rstrip("\n").split("\t")
+  if header != ["Source", "Target"]:
+    raise bad(1, f"expected the header 'Source<TAB>Target', found {header!r:.60}")
+  for line_number, line in enumerate(lines, start=2):
+    if meter is not None:
+      meter.advance(len(line))
+    line = line.rstrip("\n")
+    if not line:
+      continue
+    fields = line.split("\t")
+    if len(fields) != 2:
+      raise bad(line_number, f"expected 2 tab-separated fields (Source, Target), found "
+                f"{len(fields)}")
+    source, target = fields
+    if target.strip() not in {str(d) for d in range(NUM_CLASSES)}:
+      raise bad(line_number, f"Target must be a digit 0-9, found {target!r:.20}")
+    try:
+      tokens.append(tokenize(source))
+    except KeyError as e:
+      raise bad(line_number, f"unknown ListOps symbol {e.args[0]!r:.20} (valid: "
+                f"{' '.join(SYMBOLS[1:])} and parentheses)") from None
+    labels.append(int(target))
   return tokens, labels
 
 

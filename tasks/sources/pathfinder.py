@@ -20,7 +20,7 @@ from PIL import Image
 from lra import errors
 from lra.tasks.generators.pathfinder import generate as pathfinder_generator
 from lra.tasks.generators.pathfinder.metadata import read_metadata
-from lra.tasks.sources import pixels
+from lra.tasks.sources import downloads, pixels
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.cache import SPLITS
 from lra.tasks.contract.fingerprint import sha256_of, stat_digest
@@ -65,12 +65,18 @@ def _metadata_files(root: Path) -> list[Path]:
                                       p.name))
 
 
-def _listing(root: Path, metadata: list[Path]) -> tuple[list[str], np.ndarray]:
+def _listing(root: Path, metadata: list[Path], task: str) -> tuple[list[str], np.ndarray]:
   """Image paths and labels[N] from metadata rows `imgs/<batch> sample_<k>.png <k> <label> ...`:
   the release's text lines, or the original generator's `np.save` string arrays."""
   paths, labels = [], []
   for meta_file in metadata:
-    for fields in read_metadata(meta_file):
+    try:
+      rows = read_metadata(meta_file)
+    except errors.BadValue as problem:  # junk or cut short: the user's to fetch or make again
+      raise errors.BadValue(str(problem).rstrip(".") + downloads.refetch(
+          meta_file, downloads.LRA_RELEASE, f"{command(task)} (or generate the files: lra data "
+          "generate pathfinder)", inside=downloads.LRA_RELEASE)) from None
+    for fields in rows:
       paths.append(str(root / fields[0] / fields[1]))
       labels.append(int(fields[3]))
   return paths, np.array(labels, dtype=np.int32)
@@ -156,7 +162,7 @@ def prepare_resolution(side: int, task: str, source: Path, out_dir: Path, *,
   seed = int(split_seed)
   root = _locate(source, side, difficulty, task)
   metadata = _metadata_files(root)
-  paths, labels = _listing(root, metadata)
+  paths, labels = _listing(root, metadata, task)
   if not paths:
     raise errors.BadValue(f"The metadata files in {root / 'metadata'} list no images.")
   checksums = sha256_of(root, metadata)

@@ -12,15 +12,16 @@ from pathlib import Path
 from typing import TypeVar
 
 from lra import errors
+from lra.tasks.sources import downloads
 
 NESTINGS = ("", "lra_release", "lra_release/lra_release")
 # Where the LRA authors publish the release (google-research/long-range-arena README; about 7.7 GB).
-RELEASE_URL = "https://storage.googleapis.com/long-range-arena/lra_release.gz"
+RELEASE_URL = downloads.LRA_RELEASE.url
 Found = TypeVar("Found")
 
 
 def locate(source: Path, find: Callable[[Path], Found | None], what: str, command: str,
-           shown: str = "") -> Found:
+           shown: str = "", download: downloads.Download = downloads.LRA_RELEASE) -> Found:
   """The first non-None `find(root)` over the release roots under source.
 
   Args:
@@ -29,8 +30,11 @@ def locate(source: Path, find: Callable[[Path], Found | None], what: str, comman
     what: a few words naming the expected content, for the error.
     command: the command that fixes a missing source, for the error.
     shown: the path under each root that the error lists as looked at.
+    download: what the user fetches the files in; a file given where a folder is expected (an
+      archive not unpacked, a damaged download) is named with its size and sha256 beside it.
   Raises:
-    FileNotFoundError naming every place looked at.
+    FileNotFoundError naming every place looked at; ValueError for a file that is not the
+    task's (its size and sha256, and what to do with it).
   """
   source = Path(source).expanduser()
   if not source.exists():
@@ -43,6 +47,12 @@ def locate(source: Path, find: Callable[[Path], Found | None], what: str, comman
     if found is not None:
       return found
     looked.append(str(root / shown if shown else root))
+  if source.is_file():
+    with open(source, "rb") as f:
+      gzipped = f.read(2) == b"\x1f\x8b"
+    raise downloads.damaged(source, download, f"a file, not {what}" + (
+        f"; a gzip archive: unpack it first ({download.unpack}) and point --source at the folder "
+        "it makes" if gzipped else "; not a gzip archive either"), command)
   raise errors.NotFound(f"Could not find {what} under {source}. Looked at:\n  "
                         + "\n  ".join(looked) + f"\nTry: {command}")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from lra import errors
-from lra.tasks.sources import bytes_tokenizer
+from lra.tasks.sources import bytes_tokenizer, downloads
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.cache import SPLITS
 from lra.tasks.contract.fingerprint import sha256_of
@@ -48,18 +48,24 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 
 def _parse(path: Path, number: int, line: bytes) -> tuple[int, bytes, bytes]:
-  """(label, text1, text2) of one `label<TAB>id1<TAB>id2<TAB>text1<TAB>text2` row."""
+  """(label, text1, text2) of one `label<TAB>id1<TAB>id2<TAB>text1<TAB>text2` row; a row that is
+  not one names the file's size and sha256 and how to fetch it again."""
+
+  def bad(problem: str) -> errors.BadValue:
+    return downloads.damaged(path, downloads.LRA_RELEASE, problem, COMMAND,
+                             inside=downloads.LRA_RELEASE, line=number)
+
   fields = line.split(b"\t")
   if len(fields) != 5:
-    raise errors.BadValue(f"{path}:{number}: expected 5 tab-separated fields (label, id1, id2, "
-                          f"text1, text2), found {len(fields)}.")
+    raise bad(f"expected 5 tab-separated fields (label, id1, id2, text1, text2), found "
+              f"{len(fields)}")
   try:
     value = float(fields[0])
   except ValueError:
-    raise errors.BadValue(f"{path}:{number}: label {fields[0][:20]!r} is not a number "
-                          "(expected 0 or 1, possibly written 0.0 or 1.0).") from None
+    raise bad(f"label {fields[0][:20]!r} is not a number (expected 0 or 1, possibly written 0.0 "
+              "or 1.0)") from None
   if value not in (0.0, 1.0):
-    raise errors.BadValue(f"{path}:{number}: label {fields[0][:20]!r} is not 0 or 1.")
+    raise bad(f"label {fields[0][:20]!r} is not 0 or 1")
   return int(value), fields[3], fields[4]
 
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tarfile
 from pathlib import Path
 
 import numpy as np
 
 from lra import errors
-from lra.tasks.sources import bytes_tokenizer, tfds_reader
+from lra.tasks.sources import bytes_tokenizer, downloads, tfds_reader
 from lra.tasks.contract.build import CacheWriter, Recipe, build
 from lra.tasks.contract.cache import SPLITS
 from lra.tasks.contract.fingerprint import sha256_of, stat_digest
@@ -24,7 +23,7 @@ SEQ_LEN = 4000
 NUM_CLASSES = 2
 LABEL_NAMES = ("neg", "pos")  # the order of TFDS imdb_reviews' ClassLabel
 TFDS_NAME = "imdb_reviews/plain_text"
-URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"  # Maas et al. 2011
+URL = downloads.ACLIMDB.url  # Maas et al. 2011
 COMMAND = ("lra data prepare text --source PATH   "
            "(PATH = aclImdb/, aclImdb_v1.tar.gz, or a TFDS data dir holding imdb_reviews)")
 _REVIEW = re.compile(r"(?:^|/)aclImdb/(train|test)/(neg|pos)/(\d+)_\d+\.txt$")
@@ -60,7 +59,8 @@ def _locate(source: Path) -> _Source:
   """Finds a supported IMDb copy at, inside, or under either nesting of lra_release/ in source."""
   return locate(source, _find, "IMDb reviews: an unpacked aclImdb/ folder "
                 "(aclImdb/{train,test}/{pos,neg}/*.txt), the aclImdb_v1.tar.gz archive, or a TFDS "
-                "data dir holding imdb_reviews/plain_text/<version>/", COMMAND)
+                "data dir holding imdb_reviews/plain_text/<version>/", COMMAND,
+                download=downloads.ACLIMDB)
 
 
 def _folder_files(root: Path) -> list[tuple[str, int, int, Path]]:
@@ -107,7 +107,7 @@ def _read_reviews(src: _Source) -> dict[str, tuple[list[bytes], np.ndarray]]:
     for split, label, review_id, path in _folder_files(src.path):
       rows.append((split, label, review_id, path.read_bytes().strip()))
   else:
-    with tarfile.open(src.path, "r|gz") as archive:
+    with downloads.open_tar_gz(src.path, downloads.ACLIMDB, COMMAND) as archive:
       for member in archive:
         match = _REVIEW.search(member.name)
         if member.isfile() and match:
@@ -118,6 +118,9 @@ def _read_reviews(src: _Source) -> dict[str, tuple[list[bytes], np.ndarray]]:
   out = {}
   for split in ("train", "test"):
     chosen = [r for r in rows if r[0] == split]
+    if not chosen and src.format == "aclImdb_v1.tar.gz":  # another archive, or one cut short
+      raise downloads.damaged(src.path, downloads.ACLIMDB, f"holds no aclImdb/{split}/"
+                              "{pos,neg}/*.txt reviews", COMMAND)
     if not chosen:
       raise errors.BadValue(f"{src.path} holds no aclImdb/{split}/{{pos,neg}}/*.txt reviews.\n"
                             f"Try: {COMMAND}")

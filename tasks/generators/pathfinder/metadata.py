@@ -33,8 +33,10 @@ def _binary_rows(path: Path, data: bytes) -> list[list[str]]:
   try:
     array = np.load(io.BytesIO(data), allow_pickle=False)
   except ValueError as error:  # object arrays would need pickle, which we never load
-    raise errors.BadValue(f"{path}: expected np.save of an [N, 11] string array, found an array "
-                          f"that cannot be read without pickle ({error}).") from None
+    found = ("a file cut short" if str(error).startswith("EOF") else
+             "an array that cannot be read without pickle")
+    raise errors.BadValue(f"{path}: expected np.save of an [N, 11] string array, found {found} "
+                          f"({error}).") from None
   if array.ndim != 2 or array.dtype.kind not in "US":
     raise errors.BadValue(f"{path}: expected np.save of an [N, 11] string array, found "
                           f"{array.dtype} {list(array.shape)}.")
