@@ -105,6 +105,19 @@ def mixer_configs() -> ml_collections.ConfigDict:
       # de Brebisson & Vincent: form basic (C = H^T H) | gated; a LayerNorm and a D x D map read
       # the lookup (docs/protocol.md: its scale grows with T).
       "cheap_linear": {"form": "basic", "output_norm": True, "output_projection": True},
+      # The LRA code's Local Attention: blocks of 50 positions (64 on Image and Pathfinder).
+      "local": {"block": 50},
+      # Sparse Transformer, fixed pattern (LRA code, every task): blocks of l=50, each block's
+      # first cell and last c=10 as summaries, one merged head; num_global=1 makes a CLS token
+      # global, as the LRA code does when it pools by CLS. Bidirectional (LRA's was causal).
+      "sparse": {"block": 50, "summary": 10, "num_global": 0},
+      # Sinkhorn: blocks of 50 (LRA code; 64 on Image and Pathfinder); 7 Sinkhorn rounds at
+      # temperature 0.75 with Gumbel noise in training (the paper's best); the LRA code ran a row
+      # softmax instead (iterations=0, temperature 1, no noise: the `lra` preset).
+      "sinkhorn": {"block": 50, "iterations": 7, "temperature": 0.75, "gumbel_noise": True},
+      # Synthesizer as LRA ran it: one learned [T,T] logit matrix per head added to dot-product
+      # attention (Random + Vanilla); max_length 0 = the model's max_len, CLS included (LRA's).
+      "synthesizer": {"mode": "random", "rank": 32, "dot_product": True, "max_length": 0},
   })
 
 
