@@ -423,6 +423,21 @@ def lra_mixers(c: ml_collections.ConfigDict) -> None:
   c.mixers.reformer.chunks_after = 0
   c.mixers.reformer.normalize_keys = False
   c.mixers.reformer.attend_across_buckets = True
+  # Sinkhorn's sort as the LRA code ran it: `sort_activation='softmax'`, a row softmax of R (no
+  # Sinkhorn balancing, temperature 1, no Gumbel noise).
+  c.mixers.sinkhorn.iterations, c.mixers.sinkhorn.temperature = 0, 1.0
+  c.mixers.sinkhorn.gumbel_noise = False
+  # The LRA code's Sparse Transformer opens the CLS token's row and column when it pools by CLS
+  # (`use_cls_token`); a preset sets its pooling before this.
+  c.mixers.sparse.num_global = int(c.model.pooling == "cls")
+
+
+def lra_pixel_blocks(c: ml_collections.ConfigDict) -> None:
+  """The LRA code's Image and Pathfinder-32 configs' block size for Local Attention and Sinkhorn
+  (`cifar10/` and `pathfinder32/{local,sinkhorn}_base.py`: `block_size=64`); the token tasks and
+  Path-X (no config of theirs) keep the encoders' default, 50. The Sparse Transformer's blocks are
+  50 on every task (its pattern is built in the LRA code's `train_utils.get_model`)."""
+  c.mixers.local.block = c.mixers.sinkhorn.block = 64
 
 
 def lra_reformer_chunk(tokens: int) -> int:
