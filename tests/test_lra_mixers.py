@@ -91,7 +91,11 @@ def _fixed_pattern(block, summary, num_global):
     (4, 1, 0), (5, 2, 0), (4, 1, 1), (6, 3, 2), (3, 5, 0), (50, 10, 1)])
 def test_sparse_is_dense_attention_on_the_fixed_pattern(block, summary, num_global):
   pattern = _fixed_pattern(block, summary, num_global)
-  query_pos, key_pos, layout = sparse_layout(T, block, summary, num_global)
+  query_pos, shared_pos, shared_ok = sparse_layout(T, block, summary, num_global)
+  n, q = query_pos.shape
+  key_pos = np.concatenate([query_pos, np.broadcast_to(shared_pos, (n, shared_pos.size))], 1)
+  layout = np.concatenate([np.broadcast_to(query_pos[:, None] < T, (n, q, q)),
+                           np.broadcast_to(shared_ok[:, None], (n, q, shared_pos.size))], 2)
   counts = np.asarray(jax.jit(dense_pattern, static_argnums=3)(
       jnp.asarray(query_pos), jnp.asarray(key_pos), jnp.asarray(layout), T))
   # Each allowed key listed once for the blocked rows (the global rows are computed whole).

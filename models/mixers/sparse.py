@@ -28,24 +28,23 @@ def sparse_layout(length: int, block: int, summary: int, num_global: int = 0
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The static pattern for T = `length`, in N = ceil((T - G) / l) query blocks.
 
+  A block's keys are its own positions (all of them) and the shared ones: every block's summary
+  cells, then the G global positions, the same list for every block.
+
   Returns:
-    query_pos [N,l], key_pos [N,K] (the block itself, the summary cells of every block, then the
-    G global positions; K = l + N |offsets| + G) and pattern [N,l,K] bool (the block's own
-    summary cells are listed twice and allowed once; positions >= T never; pads are the
-    caller's to remove).
+    query_pos [N,l] (positions >= T are never allowed), shared_pos [S] (S = N |offsets| + G) and
+    shared_ok [N,S] bool: False for a block's own summary cells (its own keys hold them) and for
+    positions >= T. Pads are the caller's to remove.
   """
   globals_ = min(num_global, length)
   n = max(1, -(-(length - globals_) // block))
   offsets = summary_offsets(block, summary)
   starts = globals_ + np.arange(n) * block
   query_pos = starts[:, None] + np.arange(block)                               # [N,l]
-  cells = (starts[:, None] + offsets).ravel()                                  # [N*S]
-  key_pos = np.concatenate([query_pos, np.broadcast_to(cells, (n, cells.size)),
-                            np.broadcast_to(np.arange(globals_), (n, globals_))], axis=1)
+  shared_pos = np.concatenate([(starts[:, None] + offsets).ravel(), np.arange(globals_)])
   elsewhere = np.arange(n)[:, None] != np.repeat(np.arange(n), offsets.size)[None]
-  keys = np.concatenate([np.ones((n, block), bool), elsewhere, np.ones((n, globals_), bool)], 1)
-  pattern = np.broadcast_to((keys & (key_pos < length))[:, None], (n, block, key_pos.shape[1]))
-  return query_pos, key_pos, pattern
+  shared_ok = np.concatenate([elsewhere, np.ones((n, globals_), bool)], 1)
+  return query_pos, shared_pos, shared_ok & (shared_pos < length)[None]
 
 
 def sparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, block: int,
@@ -58,20 +57,33 @@ def sparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, 
     block: l, positions per block; summary: c, summary cells at the end of each block (plus its
       first position); num_global: G, the first G positions attend to and are seen by all.
   Returns:
-    [B,T,H,Dv]; O(B T H (l + (c+1) T/l + G) D) time and memory: quadratic in T for a fixed l
-    ((c+1)/l of softmax's pairs), O(T^1.5) with the paper's l ~ sqrt(T).
+    [B,T,H,Dv]; O(B T H (l + (c+1) T/l + G) D) time, O(B T H (l + (c+1) T/l + G)) memory for the
+    weights (the shared keys are read once, not per block): quadratic in T for a fixed l ((c+1)/l
+    of softmax's pairs), O(T^1.5) with the paper's l ~ sqrt(T).
   """
   length = q.shape[1]
   globals_ = min(num_global, length)
-  query_pos, key_pos, pattern = sparse_layout(length, block, summary, num_global)
-  b, _, h, _ = q.shape
-  positions = lambda p: jnp.broadcast_to(jnp.asarray(p), (b, h, *p.shape))
-  key_real = jnp.take(mask, jnp.asarray(np.minimum(key_pos, length - 1)), axis=1)   # [B,N,K]
-  # Every query of a block has the same keys, so the pattern's first row stands for the block.
-  allowed = jnp.asarray(pattern[None, None, :, :1]) & key_real[:, None, :, None, :]  # [B,1,N,1,K]
-  y, _ = gathered_attention(gather_positions(q, positions(query_pos)),
-                            gather_positions(k, positions(key_pos)),
-                            gather_positions(v, positions(key_pos)), allowed)        # [B,H,N,l,Dv]
+  query_pos, shared_pos, shared_ok = sparse_layout(length, block, summary, num_global)
+  b, _, h, dh = q.shape
+  at = lambda a, p: gather_positions(a, jnp.broadcast_to(jnp.asarray(p), (b, h, *p.shape)))
+  real = lambda p: (jnp.take(mask, jnp.asarray(np.minimum(p, length - 1)), axis=1)
+                    & jnp.asarray(p < length)[None])
+  q_blocks = at(q, query_pos) * dh ** -0.5                                      # [B,H,N,l,Dh]
+  own_ok = real(query_pos)[:, None, :, None, :]                                 # [B,1,N,1,l]
+  cells_ok = jnp.asarray(shared_ok)[None, None, :, None] & real(shared_pos)[:, None, None, None]
+  own = jnp.einsum("bhnqd,bhnkd->bhnqk", q_blocks, at(k, query_pos))             # [B,H,N,l,l]
+  cells = jnp.einsum("bhnqd,bhsd->bhnqs", q_blocks, at(k, shared_pos))           # [B,H,N,l,S]
+  # One softmax over both parts. The max is a stabiliser only, over allowed keys; masking before
+  # exp keeps a pad out of the gradient (as block_sparse.gathered_attention).
+  top = jnp.maximum(jnp.max(jnp.where(own_ok, own, -jnp.inf), -1, keepdims=True),
+                    jnp.max(jnp.where(cells_ok, cells, -jnp.inf), -1, keepdims=True))
+  top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
+  w_own = jnp.exp(jnp.where(own_ok, own - top, -jnp.inf))
+  w_cells = jnp.exp(jnp.where(cells_ok, cells - top, -jnp.inf))
+  total = w_own.sum(-1) + w_cells.sum(-1)
+  y = (jnp.einsum("bhnqk,bhnkd->bhnqd", w_own, at(v, query_pos))
+       + jnp.einsum("bhnqs,bhsd->bhnqd", w_cells, at(v, shared_pos)))
+  y = y / jnp.where(total > 0, total, 1.0)[..., None]                          # [B,H,N,l,Dv]
   y = jnp.swapaxes(y.reshape(b, h, -1, y.shape[-1]), 1, 2)[:, :length - globals_]
   if not globals_:
     return y
