@@ -129,6 +129,19 @@ def mixer_configs() -> ml_collections.ConfigDict:
       # de Brebisson & Vincent: form basic (C = H^T H) | gated; a LayerNorm and a D x D map read
       # the lookup (docs/protocol.md: its scale grows with T).
       "cheap_linear": {"form": "basic", "output_norm": True, "output_projection": True},
+      # The LRA code's Local Attention: blocks of 50 positions (64 on Image and Pathfinder).
+      "local": {"block": 50},
+      # Sparse Transformer, fixed pattern (LRA code, every task): blocks of l=50, each block's
+      # first cell and last c=10 as summaries, one merged head; num_global=1 makes a CLS token
+      # global, as the LRA code does when it pools by CLS. Bidirectional (LRA's was causal).
+      "sparse": {"block": 50, "summary": 10, "num_global": 0},
+      # Sinkhorn: blocks of 50 (LRA code; 64 on Image and Pathfinder); 7 Sinkhorn rounds at
+      # temperature 0.75 with Gumbel noise in training (the paper's best); the LRA code ran a row
+      # softmax instead (iterations=0, temperature 1, no noise: the `lra` preset).
+      "sinkhorn": {"block": 50, "iterations": 7, "temperature": 0.75, "gumbel_noise": True},
+      # Synthesizer as LRA ran it: one learned [T,T] logit matrix per head added to dot-product
+      # attention (Random + Vanilla); max_length 0 = the model's max_len, CLS included (LRA's).
+      "synthesizer": {"mode": "random", "rank": 32, "dot_product": True, "max_length": 0},
   })
 
 
@@ -436,6 +449,21 @@ def lra_mixers(c: ml_collections.ConfigDict) -> None:
   c.mixers.reformer.chunks_after = 0
   c.mixers.reformer.normalize_keys = False
   c.mixers.reformer.attend_across_buckets = True
+  # Sinkhorn's sort as the LRA code ran it: `sort_activation='softmax'`, a row softmax of R (no
+  # Sinkhorn balancing, temperature 1, no Gumbel noise).
+  c.mixers.sinkhorn.iterations, c.mixers.sinkhorn.temperature = 0, 1.0
+  c.mixers.sinkhorn.gumbel_noise = False
+  # The LRA code's Sparse Transformer opens the CLS token's row and column when it pools by CLS
+  # (`use_cls_token`); a preset sets its pooling before this.
+  c.mixers.sparse.num_global = int(c.model.pooling == "cls")
+
+
+def lra_pixel_blocks(c: ml_collections.ConfigDict) -> None:
+  """The LRA code's Image and Pathfinder-32 configs' block size for Local Attention and Sinkhorn
+  (`cifar10/` and `pathfinder32/{local,sinkhorn}_base.py`: `block_size=64`); the token tasks and
+  Path-X (no config of theirs) keep the encoders' default, 50. The Sparse Transformer's blocks are
+  50 on every task (its pattern is built in the LRA code's `train_utils.get_model`)."""
+  c.mixers.local.block = c.mixers.sinkhorn.block = 64
 
 
 def lra_reformer_chunk(tokens: int) -> int:

@@ -30,6 +30,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   preset, mixer = common.parse_arg(arg, PRESETS, task="image")
   c = common.base_config("image", preset, mixer, tokens=TOKENS)
   c.eval.batch_size = 250
+  if preset in ("paper", "latte_code", "lra"):
+    common.lra_pixel_blocks(c)
   if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)
     if preset == "latte_code":

@@ -39,6 +39,8 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   preset, mixer = common.parse_arg(arg, PRESETS, task="pathfinder")
   c = common.base_config("pathfinder", preset, mixer, tokens=TOKENS)
   c.eval.batch_size = 256
+  if preset in ("paper", "latte_code", "lra", *common.CPU_PRESETS):
+    common.lra_pixel_blocks(c)
   if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)
     # The Latte-RGLRU(-SWA)++ rows use L=256 here (ICLR version, Table 8).
@@ -141,6 +143,10 @@ def squares(c: ml_collections.ConfigDict) -> None:
   m.latte_macchiato.window //= shrink                          # 128 -> 8
   m.latte_rglru_swa.window //= shrink                          # 128 -> 8
   m.mega.chunk_size //= shrink                                 # 128 -> 8
+  m.local.block //= shrink                                     # 64 -> 4
+  m.sinkhorn.block //= shrink                                  # 64 -> 4
+  m.sparse.block //= shrink                                    # 50 -> 3
+  m.sparse.summary //= shrink                                  # 10 -> 0: each block's first cell
   m.reformer.chunk_len = common.lra_reformer_chunk(tokens)     # 103 -> 7: ten chunks, as LRA's
   # Self-pretraining predicts a hidden square's 16 pixels in 16 levels each (value // 16): at the
   # paper's 256 a step cost 8x a classification step (the head's D x 16 x 256 outputs per token,

@@ -32,6 +32,9 @@ def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   c.task = "pathx"
   # Generated smoke data must never land in the folder of the real (prepared) Path-X set.
   c.data.cache_name = "pathx_smoke" if preset == "smoke" else "pathx"
+  # The LRA code has no Path-X config of Local Attention or Sinkhorn: their encoders' default.
+  defaults = common.mixer_configs()
+  c.mixers.local.block, c.mixers.sinkhorn.block = defaults.local.block, defaults.sinkhorn.block
   if preset == "lra":
     # LRA pathfinder128 base config: 1 layer, 2 heads, D=32, MLP 32, dropout 0.1, learned
     # positions, batch 64, grad-norm clip 1.0, otherwise as Pathfinder's.

@@ -167,7 +167,8 @@ def _config(mixer, **model):
   for key, value in model.items():
     c.model[key] = value
   small = {"num_latents": 4, "num_features": 8, "proj_len": 8, "packed_len": 4, "window": 8,
-           "block": 8, "chunk_len": 8}
+           "block": 8, "chunk_len": 8,
+           "gumbel_noise": False}  # Sinkhorn's training noise is drawn per shape, as dropout's
   for block in c.mixers.values():
     for key, value in small.items():
       if key in block:

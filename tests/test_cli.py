@@ -15,6 +15,8 @@ def test_list_shows_all_tasks_mixers_and_presets(capsys):
   out = capsys.readouterr().out
   for name in ("listops", "text", "retrieval", "image", "pathfinder", "pathx", *MIXERS):
     assert name in out
+  # Every model of LRA's Table 1, the Latte family, Luna, S5, Mega-Chunk and the cheap linear one.
+  assert "Mixers (19 built in):" in out and len(MIXERS) == 19
   presets = out.split("Presets", 1)[1]
   for preset in PRESETS + CPU_PRESETS + PUBLISHED_PRESETS:
     assert f"\n  {preset} " in presets

@@ -1,5 +1,6 @@
 """The mixer contract (lra.models.mixers.contract, also run by `lra check`) over the registry."""
 import functools
+import re
 
 import flax.linen as nn
 import jax
@@ -25,11 +26,25 @@ VARIANTS = {"latte+vapor": ("latte", {"vapor": True}),
             "bigbird+small": ("bigbird", {"block": 4, "num_random": 2}),
             "reformer+rounds": ("reformer", {"num_hashes": 3, "num_buckets": 4, "chunk_len": 4}),
             # Chunks of 4: the second row's last chunk is all pads.
-            "mega+small": ("mega", {"chunk_size": 4})}
+            "mega+small": ("mega", {"chunk_size": 4}),
+            # Blocks smaller than T=24 (the defaults of 50 hold the whole sequence in one), with
+            # pads in a partial block and in whole ones.
+            "local+small": ("local", {"block": 4}),
+            "sparse+small": ("sparse", {"block": 4, "summary": 1, "num_global": 1}),
+            "sparse+no_global": ("sparse", {"block": 5, "summary": 2, "num_global": 0}),
+            # The LRA code's row softmax in place of Sinkhorn balancing, on the same small blocks.
+            "sinkhorn+small": ("sinkhorn", {"block": 4}),
+            "sinkhorn+softmax": ("sinkhorn", {"block": 5, "iterations": 0, "temperature": 1.0}),
+            "synthesizer+dense": ("synthesizer", {"mode": "dense", "dot_product": False}),
+            "synthesizer+factorized": ("synthesizer", {"mode": "factorized_random", "rank": 4})}
 FAST = [p for p in PROPERTIES if p != "memory"]
 # (variant, property) pairs a variant fails by design. Strict: if one passes, its entry must go.
 BY_DESIGN = {("longformer+no_global", "bidirectional"):
-             "a window of 5 with no global token reaches 2 positions each way per layer"}
+             "a window of 5 with no global token reaches 2 positions each way per layer",
+             ("local+small", "bidirectional"): "one layer of blocks of 4 reaches its block only",
+             ("sparse+no_global", "bidirectional"):
+             "the last real token (16: offset 1 of its block of 5) is no summary cell, so the "
+             "first output reaches it only in a second layer"}
 
 
 @functools.cache
@@ -58,10 +73,41 @@ def test_contract(variant, prop):
 
 @pytest.mark.parametrize("name", sorted(set(MIXERS) - {"softmax"}))
 def test_memory_at_8k_is_far_below_softmax(name):
-  """Every mixer but the softmax baseline is sub-quadratic: at T=8192 with its default settings,
-  forward+backward plans under 1/8 of softmax's memory."""
+  """Every mixer but the softmax baseline and those quadratic by design is sub-quadratic: at
+  T=8192 with its default settings, forward+backward plans under 1/8 of softmax's memory. One
+  quadratic by design says why (its class's QUADRATIC) and grows no faster than T^2."""
   result = contract(name).check("memory", catch=False)
   assert result.passed, result.line()
+  quadratic = getattr(MIXERS[name], "QUADRATIC", None)
+  assert ("quadratic by design" in result.detail) == bool(quadratic), result.line()
+
+
+def test_only_the_synthesizer_and_the_fixed_sparse_pattern_are_quadratic_by_design():
+  """The exemption is a mixer's own statement, one line each, and rare: a new one is a choice
+  to read here (docs/design.md lists them)."""
+  assert sorted(m for m, cls in MIXERS.items() if getattr(cls, "QUADRATIC", None)) == [
+      "sparse", "synthesizer"]
+
+
+class _CubicByMistake(nn.Module):
+  """Declared quadratic, but a [T,T,T] array is formed (three-way products): memory grows as T^3."""
+  dim: int
+  num_heads: int
+  max_len: int
+  QUADRATIC = "declared quadratic, built cubic"
+
+  @nn.compact
+  def __call__(self, x, mask, *, deterministic, carry=None):
+    h = nn.Dense(self.dim)(x)
+    triples = jnp.einsum("btd,bsd,bud->btsu", h, x, x)                            # [B,T,T,T]
+    return h * jnp.mean(jnp.tanh(triples), axis=(2, 3))[..., None], carry
+
+
+def test_quadratic_by_design_still_fails_a_cubic_array(monkeypatch):
+  monkeypatch.setattr(contract_module, "MEMORY_T", 256)  # compiled at T=128 and 256, never run
+  result = MixerContract(_CubicByMistake, {}).check("memory", catch=False)
+  growth = float(re.search(r"grows ([0-9.]+)x", result.detail).group(1))
+  assert result.passed is False and growth > 7, result.line()  # 8x, less XLA's fixed buffers
 
 
 class _MaskAfterExp(nn.Module):

@@ -564,11 +564,11 @@ def test_the_status_is_written_from_the_runs_and_reads_well_with_any_number_of_r
 
   short, full = status()
   assert full.startswith(prose) and full.endswith("\nMore.\n")  # the prose stays as written
-  assert ("all 15 built-in mixers" not in short
-          and "3 of the 15 built-in mixers complete; the 2 that learn end at 34.65-36.50% test"
+  assert ("all 19 built-in mixers" not in short
+          and "3 of the 19 built-in mixers complete; the 2 that learn end at 34.65-36.50% test"
           in short and "linear stays within a point of chance" in short)
   assert "34.65% (latte) to 36.50% (softmax)" in full and "40 min each" in full
-  assert "none of the 15 built-in mixers has a complete run yet" in short
+  assert "none of the 19 built-in mixers has a complete run yet" in short
   assert "needs 3 mixers with both, 0 so far" in short
   assert ("at their default settings 1 mixers reach 100% test" in full
           and "1 do not: reformer 24.00%" in full)
@@ -584,14 +584,14 @@ def test_the_status_is_written_from_the_runs_and_reads_well_with_any_number_of_r
   write_run(res, "pathfinder", "latte", "squares", 0, 0.70, chance=0.5, majority=0.5)
   assert {readme, page} <= set(tables.check(res, readme))  # a new run: both blocks are stale
   short, full = status()
-  assert "1 of the 15 built-in mixers complete so far: latte 70.00%." in short
+  assert "1 of the 19 built-in mixers complete so far: latte 70.00%." in short
   assert "needs 3 mixers with both, 1 so far" in short
   assert "any training on Text, Retrieval, Image or Path-X" in short  # squares counts as training
 
   for mixer, accuracy in (("softmax", 0.60), ("performer", 0.65)):
     write_run(res, "pathfinder", mixer, "squares", 0, accuracy, chance=0.5, majority=0.5)
   short, full = status()
-  assert "3 of the 15 built-in mixers complete so far, from 60.00% (softmax) to 70.00% (latte)" \
+  assert "3 of the 19 built-in mixers complete so far, from 60.00% (softmax) to 70.00% (latte)" \
       in short
   # Published Pathfinder: softmax 71.40 < latte 75.61 < performer 77.05; ours: softmax < performer
   # < latte, so d = (0, 1, -1) and rho = 1 - 6 * 2 / (3 * 8) = +0.50.

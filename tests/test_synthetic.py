@@ -95,9 +95,13 @@ def test_decode_shows_the_two_ends():
 # 26% on the last value (chance 25%) elsewhere; 58% in all.
 # Reformer with the paper's rule (keys from the query's own hash bucket only, the default since
 # 2026-11-27): 24.0% test at the best val step (28.3% best), one end; across buckets, 100%.
+# Local Attention by design: CLS and the last token share a block of 50 only in sequences under
+# 50 tokens (lengths are 32-256), and no layer crosses blocks (expected ~30%: one end alone gives
+# 25%; not measured yet).
 KNOWN_FAILURES = {"linformer": "fixed length projections cannot follow a variable last position",
                   "mega": "beyond CLS's chunk only the EMA, which starts with a ~4-token memory",
-                  "reformer": "CLS reaches the last token only if hashing puts both in one bucket"}
+                  "reformer": "CLS reaches the last token only if hashing puts both in one bucket",
+                  "local": "blocks of 50: CLS sees the last token only in sequences under 50"}
 
 
 @pytest.mark.slow

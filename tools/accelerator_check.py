@@ -49,10 +49,11 @@ OPTIONAL_PHASES = ("steps",)  # run only when --phases names them, before the ot
 # phases' shares, counted from the start.
 SHARES = {"tests": 0.2, "bench": 0.3, "run": 0.35, "probe": 0.15, "steps": 0.5}
 RESERVE_S = 10  # for the last report after the last phase
-# The files of the GPU run of 2026-11-26 (7 failures among them, names lost); tests/*.py naming a
-# registered mixer and files with `gpu`-marked tests are added to these.
+# The files of the GPU run of 2026-11-26 (7 failures among them, names lost) and the cores of
+# issue 81's four mixers; tests/*.py naming a registered mixer and files with `gpu`-marked tests
+# are added to these.
 MIXER_TESTS = ("test_mixer_cores.py", "test_mixer_contract.py", "test_encoder_block.py",
-               "test_batching.py", "test_dropout_rng.py")
+               "test_batching.py", "test_dropout_rng.py", "test_lra_mixers.py")
 # LRA's Pathfinder-32 hard set size: 2 min to generate and prepare on 2 cores, 109 s on the H200
 # host's 8 workers while the tests ran (docs/accelerators.md).
 PATHFINDER_IMAGES = 200_000

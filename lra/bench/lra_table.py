@@ -3,9 +3,10 @@
 LRA (Tay et al., arXiv 2011.04006 v1, Table 2) timed its Text model (configs/text.py's `lra`
 preset: 4 layers, 4 heads, D=256, MLP 1024, CLS pooling, the LRA code's mixer settings) at batch
 32 and T = 1K, 2K, 3K, 4K, and gave steps/s and peak memory per device. We time the same model
-with `lra bench`'s step (lra.bench.step_time) for the mixers of that table we have, plus Latte, S5,
-Mega-Chunk and Luna-256 (the last two as in Mega's Table 2, arXiv 2209.10655, Text at 4K), and
-set our speed and memory relative to our softmax beside theirs relative to their Transformer.
+with `lra bench`'s step (lra.bench.step_time) for every mixer of that table (the Sparse
+Transformer is in LRA's Table 1, not its Table 2), plus Latte, S5, Mega-Chunk and Luna-256 (the
+last two as in Mega's Table 2, arXiv 2209.10655, Text at 4K), and set our speed and memory
+relative to our softmax beside theirs relative to their Transformer.
 The published figures: lra/reference/published_efficiency.csv.
 """
 from __future__ import annotations
@@ -23,8 +24,8 @@ from lra.bench.common import recorded_command, write_block, write_outputs
 from lra.configs.common import lra_reformer_chunk
 from lra.runs import writers
 
-MIXERS = ("softmax", "linformer", "reformer", "linear", "performer", "bigbird", "latte", "s5",
-          "mega", "luna")
+MIXERS = ("softmax", "linformer", "reformer", "linear", "performer", "bigbird", "local",
+          "sinkhorn", "synthesizer", "latte", "s5", "mega", "luna")
 LENGTHS = (1024, 2048, 3072, 4096)
 PRESET = "lra"
 LRA_SIZES = dict(dim=256, num_layers=4, num_heads=4)  # the preset's; MLP 4D = 1024

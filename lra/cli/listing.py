@@ -24,7 +24,7 @@ def print_list() -> None:
   print("Tasks:")
   for name, task in TASKS.items():
     print(f"  {name:<16} {task.description}")
-  print("Mixers:")
+  print(f"Mixers ({len(MIXERS)} built in):")
   departures = lra_row_departures()
   for name in MIXERS:
     print(f"  {name:<16} {describe(name)}")

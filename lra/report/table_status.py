@@ -58,7 +58,7 @@ class Status:
     return [r for r in self.rows.get(task, []) if r["preset"] == f"{preset} ({preset}+spt)"]
 
   def _of_builtin(self, rows: list[Row]) -> str:
-    """"all 15 built-in mixers", or "3 of the 15 built-in mixers" (and any others, counted)."""
+    """"all 19 built-in mixers", or "3 of the 19 built-in mixers" (and any others, counted)."""
     builtin = {r["mixer"] for r in rows} & set(self.mixers)
     others = len({r["mixer"] for r in rows} - builtin)
     text = (f"all {len(self.mixers)} built-in mixers" if len(builtin) == len(self.mixers)

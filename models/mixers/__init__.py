@@ -28,8 +28,8 @@ import flax.linen as nn
 
 from lra import errors
 from lra.models.mixers import (bigbird, cheap_linear, latte, latte_macchiato, latte_rglru,
-                               latte_rglru_swa, linear, linformer, longformer, luna, mega,
-                               performer, reformer, s5, softmax)
+                               latte_rglru_swa, linear, linformer, local, longformer, luna, mega,
+                               performer, reformer, s5, sinkhorn, softmax, sparse, synthesizer)
 
 MIXERS: dict[str, type[nn.Module]] = {
     "softmax": softmax.SoftmaxMixer,
@@ -47,6 +47,11 @@ MIXERS: dict[str, type[nn.Module]] = {
     "s5": s5.S5Mixer,
     "mega": mega.MegaMixer,
     "cheap_linear": cheap_linear.CheapLinearMixer,
+    # The rest of LRA's Table 1.
+    "local": local.LocalMixer,
+    "sparse": sparse.SparseMixer,
+    "sinkhorn": sinkhorn.SinkhornMixer,
+    "synthesizer": synthesizer.SynthesizerMixer,
 }
 ENTRY_POINT_GROUP = "lra.mixers"
 # Fields the encoder sets; every other field with a plain default is a config setting.

@@ -8,8 +8,10 @@ deterministic,
 carry (the state a mixer passes to the next layer ignores pads too), finite gradients (w.r.t.
 parameters and inputs, also with huge pad values), forward derivatives (jax.jvp through the same
 padded rows: finite everywhere, and equal to backpropagation's), memory (forward + backward at
-T=8192 under 1/8 of softmax attention's). When the shape fails the others are skipped: each reads
-y as x's shape, so each would fail for that one reason. `shape_problem` is the shape check alone,
+T=8192 under 1/8 of softmax attention's; for a mixer quadratic by design, whose class says why in
+`QUADRATIC`, growing no faster than T^2 from T=4096 to 8192 and at most twice softmax's). When the
+shape fails the others are skipped: each reads y as x's shape, so each would fail for that one
+reason. `shape_problem` is the shape check alone,
 traced, never run: `lra run` makes it of a mixer from outside the suite before training.
 """
 from __future__ import annotations
@@ -44,6 +46,14 @@ HUGE = 1e4            # pad contents in the gradient check: exp of a logit read 
 PADS = 7              # at the end of the second of the two rows
 MEMORY_T = 8192
 MEMORY_FRACTION = 1 / 8  # softmax's T x T scores alone are 512 MiB per head at T=8192
+# A mixer quadratic by design (a class attribute QUADRATIC: str says why; the synthesizer's [T,T]
+# logits, the Sparse Transformer's fixed blocks) promises instead to be no worse than softmax's
+# kind of cost: memory growing no faster than T^2 (at most 4x from T=4096 to 8192, with this much
+# slack for XLA's buffer plan; a [T,T,T] array made by mistake grows 8x) and at most
+# QUADRATIC_FACTOR times softmax attention's at T=8192 (the synthesizer's own [H,T,T] weights and
+# their gradient come on top of the attention it shares with softmax).
+QUADRATIC_GROWTH = 4.2
+QUADRATIC_FACTOR = 2.0
 BASELINE = "softmax"  # the quadratic mixer the memory property compares with (SoftmaxMixer)
 
 
@@ -343,8 +353,17 @@ class MixerContract:
   def memory(self):
     if self.is_baseline:
       return None, f"the baseline the others are compared with ({BASELINE})"
-    ours = train_step_bytes(self.cls, self.settings, self.dim, self.num_heads)
-    theirs = baseline_bytes(self.dim, self.num_heads)
+    ours = train_step_bytes(self.cls, self.settings, self.dim, self.num_heads, MEMORY_T)
+    theirs = baseline_bytes(self.dim, self.num_heads, MEMORY_T)
+    why = getattr(self.cls, "QUADRATIC", None)
+    if why:
+      half = train_step_bytes(self.cls, self.settings, self.dim, self.num_heads, MEMORY_T // 2)
+      growth = ours / half
+      return growth <= QUADRATIC_GROWTH and ours <= QUADRATIC_FACTOR * theirs, (
+          f"quadratic by design ({why}): forward+backward grows {growth:.2f}x from "
+          f"T={MEMORY_T // 2} to {MEMORY_T} (needs <= {QUADRATIC_GROWTH:g}: no faster than T^2); "
+          f"{ours / 2**20:.1f} MiB at T={MEMORY_T}, {ours / theirs:.3f} of {BASELINE}'s (needs "
+          f"<= {QUADRATIC_FACTOR:g})")
     return ours < theirs * MEMORY_FRACTION, (
         f"forward+backward at T={MEMORY_T}: {ours / 2**20:.1f} MiB vs {BASELINE} "
         f"{theirs / 2**20:.1f} MiB (ratio {ours / theirs:.3f}, needs < {MEMORY_FRACTION:.3f})")
@@ -427,11 +446,11 @@ def check_shape_before_training(mixer_factory: Callable[..., nn.Module], spec: s
 
 
 def train_step_bytes(cls: type[nn.Module], settings: dict[str, Any], dim: int,
-                     num_heads: int) -> int:
-  """Bytes XLA plans for forward + backward of one mixer at T=MEMORY_T (compiled, never run)."""
-  module = cls(dim=dim, num_heads=num_heads, max_len=MEMORY_T, **settings)
-  x = jax.ShapeDtypeStruct((1, MEMORY_T, dim), jnp.float32)
-  mask = jax.ShapeDtypeStruct((1, MEMORY_T), jnp.bool_)
+                     num_heads: int, length: int = MEMORY_T) -> int:
+  """Bytes XLA plans for forward + backward of one mixer at T=`length` (compiled, never run)."""
+  module = cls(dim=dim, num_heads=num_heads, max_len=length, **settings)
+  x = jax.ShapeDtypeStruct((1, length, dim), jnp.float32)
+  mask = jax.ShapeDtypeStruct((1, length), jnp.bool_)
   params = jax.eval_shape(lambda a, m: module.init(jax.random.PRNGKey(0), a, m,
                                                    deterministic=True), x, mask)
   loss = lambda p, a, m: jnp.sum(module.apply(p, a, m, deterministic=True)[0] ** 2)
@@ -442,6 +461,6 @@ def train_step_bytes(cls: type[nn.Module], settings: dict[str, Any], dim: int,
 
 
 @functools.cache
-def baseline_bytes(dim: int, num_heads: int) -> int:
+def baseline_bytes(dim: int, num_heads: int, length: int = MEMORY_T) -> int:
   """train_step_bytes of softmax attention, compiled once per process and size."""
-  return train_step_bytes(SoftmaxMixer, {}, dim, num_heads)
+  return train_step_bytes(SoftmaxMixer, {}, dim, num_heads, length)
