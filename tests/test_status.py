@@ -75,19 +75,21 @@ def test_the_grid_says_complete_in_progress_stopped_or_not_run(folders, capsys):
   header, paper, notes = _rows(out, "paper", YOURS)
   assert header == ["mixer", "ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Path-X"]
   assert paper["softmax"][:4] == ["-", "- [1]", "-", "diverged at 300"]
-  assert paper["latte"][:2] == ["42.00 (n=2) [2]", "stopped 1,200/5,000 [3]"]
+  # Unfinished: the share of its steps; stopped: a note with its step and what resumes it.
+  assert paper["latte"][:2] == ["42.00 (n=2) [2]", "24% [3]"]
   assert paper["luna"] == ["-"] * 6  # every registered mixer has a paper row
   assert notes[:2] == ["[1] Text, softmax: ~5.0 h on an H200 (estimate)",  # numbered as read
                        "[2] ListOps, latte: ~22 min on an H200 (measured)"]
-  # Stopped sealed: the note is the command that resumes it.
-  assert notes[2].startswith("[3] Text, latte: stopped; `lra run text latte --preset paper ")
+  # Stopped sealed: the note is its step and the command that resumes it.
+  assert notes[2].startswith("[3] Text, latte: stopped at step 1,200 of 5,000; `lra run text "
+                             "latte --preset paper ")
   assert notes[2].endswith(" resumes it")
   assert list(paper)[:2] == ["softmax", "latte"]  # rows with a run before the placeholders
   _, paper_committed, _ = _rows(out, "paper", COMMITTED)
   assert paper_committed == {"latte": ["38.00 [2]", *["-"] * 5]}  # never averaged with yours
   header, laptop, _ = _rows(out, "laptop", YOURS)
   assert header == ["mixer", "ListOps"]
-  assert laptop == {"MeanGate@0123abcd": ["40/5,000"]}
+  assert laptop == {"MeanGate@0123abcd": ["1%"]}  # in progress, step 40 of 5,000
   _, laptop, notes = _rows(out, "laptop", COMMITTED)
   assert laptop == {"softmax": ["36.50"], "softmax +num_layers=4": ["99.00"]}
   assert not notes  # costs are for paper rows only
@@ -136,7 +138,10 @@ def test_your_rows_come_first_and_the_grid_fits_100_columns(tmp_path, capsys):
   assert max(map(len, lines)) <= 100, max(lines, key=len)
   block = out.split("preset paper\n", 1)[1].split("\n\n", 1)[0].splitlines()
   assert block[1:3] == [YOURS, block[2]] and block[2].startswith("MeanGate@0123abcd ")
-  assert block[2].split()[-1] == "40.00" and block[3] == COMMITTED
+  # Then the built-in mixers no folder has a paper run of yet (placeholders), then the committed.
+  assert block[2].split()[-1] == "40.00" and COMMITTED in block
+  placeholders = block[3:block.index(COMMITTED)]
+  assert all(set(row.split()[1:]) == {"-"} for row in placeholders), placeholders
 
 
 def test_one_resume_command_from_tables_status_and_the_stop_message(tmp_path, capsys,

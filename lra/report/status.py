@@ -1,5 +1,5 @@
 """`lra status`: the task x mixer grid of each preset, one cell per (task, mixer, preset): complete
-(its score), in progress (step/steps), stopped (diverged or failed) or not run (-), for your runs
+(its score), in progress (the share of its steps), stopped (diverged or failed) or not run (-), for your runs
 first, then the repository's committed ones (their own rows, under a heading), with the
 accelerator cost of each row the ledger of paper rows (results/ledger.json) lists as a note under
 its grid. About 100 columns wide: the LRA tasks' grid is the widest.
@@ -54,9 +54,9 @@ def cell(runs: Sequence[Mapping[str, Any]]) -> str:
   """One grid cell from the runs of one (task, mixer, preset) in one folder.
 
   Complete runs give their mean test accuracy at the best val step (n = seeds when more than
-  one); else the most advanced unfinished run its progress (step/steps), "stopped a/b" when no
-  process runs it (run_summary.stopped: the grid's notes say what resumes it); else how the last
-  ended ("diverged at 300"); else NOT_RUN.
+  one); else the most advanced unfinished run's share of its steps ("30%": a paper row's step a/b
+  would not fit the grid's columns; where no process runs it, run_summary.stopped, the grid's note
+  gives its step and what resumes it); else how the last ended ("diverged at 300"); else NOT_RUN.
   """
   complete = [r for r in runs if r["status"] == "complete"]
   scores = [s for s in (run_summary.number(r["test_accuracy"]) for r in complete)
@@ -67,12 +67,29 @@ def cell(runs: Sequence[Mapping[str, Any]]) -> str:
   going = [r for r in runs if r["status"] in ("running", "interrupted")]
   if going:
     best = max(going, key=lambda r: run_summary.number(r["step"]) or 0)
-    steps = run_summary.progress(best).removeprefix("step ").replace(" of ", "/")
-    return f"stopped {steps}" if run_summary.stopped(best, best.get("path")) else steps
+    step, total = (run_summary.number(best.get(k)) for k in ("step", "num_steps"))
+    return f"{100 * (step or 0) / total:.0f}%" if total else run_summary.progress(best)
   if runs:
     last = max(runs, key=lambda r: run_summary.number(r["step"]) or 0)
     return f"{last['status']} at {int(run_summary.number(last['step']) or 0):,}"
   return NOT_RUN
+
+
+def _resume(run: Mapping[str, Any]) -> str:
+  """What resumes a stopped run: its command, or for a run carried as an archive with no
+  checkpoint beside it (a paper row between GPU machines) unpacking it first, where `lra unpack`
+  puts it by default."""
+  from lra.runs import pack  # pylint: disable=import-outside-toplevel (JAX: only when needed)
+  if not run.get("path"):
+    return ""
+  path = Path(run["path"])
+  archive = path / "run.pack"
+  if (path / "checkpoints").is_dir() or not pack.parts_of(archive, existing_only=True):
+    return run_summary.resume_text(path)
+  unpacked = Path("results/local/runs") / path.relative_to(path.parents[2])
+  return (f"carried as {run_summary.from_here(archive)}: `lra unpack "
+          f"{run_summary.from_here(archive)}`, then "
+          f"{run_summary.resume_text(path, unpacked) or 'its command resumes it'}")
 
 
 def _variant(run: Mapping[str, Any]) -> str:
@@ -139,12 +156,13 @@ def grid(yours: Iterable[Mapping[str, Any]], committed: Iterable[Mapping[str, An
                      (mixer, variant, source, task)])
         cost = None if variant else (costs or {}).get((task, mixer, preset))
         note = f"{TASK_TITLES.get(task, task)}, {mixer}: {cost}" if cost else None
-        if text.startswith("stopped "):  # the command that resumes it, as the note
-          halted = max((r for r in mine if (r["mixer"], _variant(r), r["source"], r["task"]) ==
-                        (mixer, variant, source, task) and r["status"] != "complete"),
-                       key=lambda r: run_summary.number(r["step"]) or 0)
-          resume = run_summary.resume_text(halted["path"]) if halted.get("path") else ""
-          note = f"{TASK_TITLES.get(task, task)}, {mixer}: stopped; {resume}" if resume else note
+        unfinished = [r for r in mine if (r["mixer"], _variant(r), r["source"], r["task"]) ==
+                      (mixer, variant, source, task) and r["status"] in ("running", "interrupted")]
+        halted = max(unfinished, key=lambda r: run_summary.number(r["step"]) or 0, default=None)
+        if text.endswith("%") and run_summary.stopped(halted, halted.get("path")):
+          resume = _resume(halted)
+          note = (f"{TASK_TITLES.get(task, task)}, {mixer}: stopped at "
+                  f"{run_summary.progress(halted)}; {resume}") if resume else note
         row.append((text, note))
       (table.yours if source == YOURS else table.committed).append(row)
     table.yours.sort(key=lambda row: all(text == NOT_RUN for text, _ in row[1:]))
@@ -208,9 +226,9 @@ def main(results_dir: Path, committed: Path | None, presets: Sequence[str] | Non
   intro = (f"lra status: your runs in {Path(results_dir).resolve() / 'runs'}/"
            + (f", then the repository's committed runs in {committed / 'runs'}/"
               if committed else "")
-           + ". Cells: test accuracy (%) at the best val step, mean over seeds (n); a/b = in "
-           "progress, step a of b; stopped a/b = no process runs it (its note: the command that "
-           f"resumes it); diverged or failed at its last step; {NOT_RUN} = not run."
+           + ". Cells: test accuracy (%) at the best val step, mean over seeds (n); p% = "
+           "unfinished, p% of its steps done (a note [k] when no process runs it: its step and "
+           f"what resumes it); diverged or failed at its last step; {NOT_RUN} = not run."
            + (f" [k] = a paper row's accelerator cost, under its grid ({ledger_path})."
               if costs else ""))
   print(textwrap.fill(intro, WIDTH, break_on_hyphens=False, break_long_words=False))
