@@ -85,7 +85,7 @@ class S5Trainer:
   name = "S5"
   source = SOURCE
 
-  def __init__(self, clone: Path, config: ml_collections.ConfigDict, spec):
+  def __init__(self, clone: Path, config: ml_collections.ConfigDict, spec, dropout: float = 0.0):
     m, s5 = config.model, config.mixers.s5
     if m.block != "s5" or m.pooling != "mean" or spec.dual:
       raise errors.BadValue("lra bench --against-trainer with S5's clone compares S5's own block "
@@ -111,7 +111,7 @@ class S5Trainer:
     self.model_cls = functools.partial(
         code.seq_model.BatchClassificationModel, ssm=ssm, d_output=spec.num_classes,
         d_model=m.dim, n_layers=m.num_layers, padded=not self.pixels, activation=m.s5_gate,
-        dropout=0.0, mode="pool", prenorm=True, batchnorm=m.norm == "batch",
+        dropout=dropout, mode="pool", prenorm=True, batchnorm=m.norm == "batch",
         bn_momentum=m.bn_momentum)
     self.seq_len = spec.seq_len // m.patch ** 2
     self.in_dim = m.patch ** 2 if self.pixels else spec.vocab_size
@@ -182,12 +182,16 @@ class S5Trainer:
               self.opt_config, 0.0)  # run_train.py's lr_min default
     self.state, _ = h.update_learning_rate_per_step(params, self.state)
 
-  def step(self, batch: dict[str, np.ndarray], step: int) -> float:
-    """One of S5's updates on our batch, at the rates its trainer set for it."""
+  def step(self, batch: dict[str, np.ndarray], step: int,
+           rates: tuple[float, float] | None = None) -> float:
+    """One of S5's updates on our batch, at the rates its trainer set for it (or at `rates`,
+    (learning rate, SSM learning rate), for a study of another schedule)."""
     if step != self._count:
       raise ValueError(f"S5's trainer sets each step's rates after the one before: step {step} "
                        f"asked for after {self._count}")
     inner = self.state.opt_state.inner_states
+    for group, rate in zip(("regular", "ssm"), rates or ()):
+      inner[group].inner_state.hyperparams["learning_rate"] = jnp.asarray(rate, jnp.float32)
     self._rates[step] = {name: float(inner[group].inner_state.hyperparams["learning_rate"])
                          for name, group in (("learning_rate", "regular"),
                                              ("ssm_learning_rate", "ssm"))}
@@ -207,3 +211,19 @@ class S5Trainer:
     self._next_rates(step)
     self._count += 1
     return float(loss)
+
+  def accuracy(self, inputs: jax.Array, labels: np.ndarray, batch_size: int = 32) -> float:
+    """S5's own `validate` (running statistics, its eval step) on inputs already as it reads
+    them ([N, T, in_dim]) in batches of `batch_size`."""
+    class _Tensor:  # what its prep_batch asks of a torch tensor
+      def __init__(self, value):
+        self.value = value
+
+      def numpy(self):
+        return np.asarray(self.value)
+    batches = [(_Tensor(inputs[i:i + batch_size]), _Tensor(labels[i:i + batch_size]))
+               for i in range(0, len(labels), batch_size)]
+    with jax.numpy_rank_promotion("allow"):
+      _, accuracy = self.code.validate(self.state, self.model_cls, batches, self.seq_len,
+                                       self.in_dim, self.batchnorm)
+    return float(accuracy)
