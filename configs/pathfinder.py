@@ -28,13 +28,15 @@ PAPER = common.PaperRow(dim=256, latents=40, learning_rate=1e-3, batch_size=64,
 SQUARES_STEPS, SQUARES_EVALS, SQUARES_PATCH = 20_000, 10, 4
 
 
-# Token ids (a vocabulary) or pixel values: base_config's `tokens`.
-TOKENS = False
+def defaults(preset: str, mixer: str) -> ml_collections.ConfigDict:
+  """What this task's presets start from (`lra run --dry-run` tells them apart by it)."""
+  return common.base_config("pathfinder", preset, mixer, tokens=False)
+
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   preset, mixer = common.parse_arg(arg, (*common.PRESETS, *common.CPU_PRESETS,
                                               *common.PUBLISHED_PRESETS))
-  c = common.base_config("pathfinder", preset, mixer, tokens=TOKENS)
+  c = defaults(preset, mixer)
   c.eval.batch_size = 256
   if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)

@@ -74,6 +74,15 @@ def test_dry_run_prints_each_value_with_its_source_and_trains_nothing(tmp_path, 
   assert "results/local/runs/listops/latte/demo_seed0" in capsys.readouterr().out
 
 
+def test_the_squares_dry_run_says_how_many_tokens_before_the_data_exists(tmp_path, capsys):
+  """The data is not generated yet: the generator's settings say its length (1,024 pixels), so the
+  dry run gives the number of tokens, not "the task's length / 16"."""
+  assert main(["run", "pathfinder", "latte", "--preset", "squares", "--dry-run", "--data-dir",
+               str(tmp_path / "data"), "--results-dir", str(tmp_path / "results")]) == 0
+  out = capsys.readouterr().out
+  assert "input: 64 tokens (4x4 squares of 1024 pixels)" in out, out[:800]
+
+
 def test_a_dry_run_says_what_the_run_costs_where_a_speed_is_known(capsys):
   """`lra run pathfinder softmax --preset lra --dry-run` showed 62,400 steps of batch 512 and not
   what they cost: now each device the ledger knows, its speed, total time and source."""

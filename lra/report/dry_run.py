@@ -22,9 +22,9 @@ from typing import Any
 import ml_collections
 
 from lra.runs import run_identity
+from lra.tasks import TASKS
 from lra.runs.config_loading import (data_cache_dir, default_data_dir, default_run_dir, fingerprint,
                                      mixer_label, missing_data, phase_overrides, resolve_config)
-from lra.configs import common
 
 DEFAULT, PRESET, COMMAND_LINE = "default", "preset", "command line"
 # What the command's own words choose (TASK, MIXER, --preset; `lra pretrain`, --init-from,
@@ -37,17 +37,16 @@ def sources(task: str, mixer: str, preset: str,
             overrides: Sequence[str] = ()) -> list[tuple[str, Any, str]]:
   """(key, value, source) for every key of the run's config, other mixers' blocks left out.
 
-  source: "default" (configs/common.py:base_config), "preset" (the task's preset changed it) or
+  source: "default" (configs/<task>.py:defaults), "preset" (the task's preset changed it) or
   "command line" (a --config override, or TASK / MIXER / --preset themselves).
   """
   config = resolve_config(task, mixer, preset, overrides)
   # The preset in the run's SPT phase (its budget is the preset's), and the defaults every preset
-  # starts from (configs/common.py:base_config, with the task's own kind of tokens).
+  # of the task starts from (configs/<task>.py:defaults).
   preset_config = run_identity.flatten(resolve_config(
       task, mixer, preset, phase_overrides(config.to_dict())).to_dict())
-  tokens = importlib.import_module(f"lra.configs.{task}").TOKENS
-  defaults = run_identity.flatten(
-      common.base_config(task, preset, config.model.mixer, tokens=tokens).to_dict())
+  defaults = run_identity.flatten(importlib.import_module(f"lra.configs.{task}").defaults(
+      preset, config.model.mixer).to_dict())
   flat = run_identity.flatten(config.to_dict())
   own = f"mixers.{config.model.mixer}."
   rows = []
@@ -271,15 +270,19 @@ def describe(task: str, mixer: str, preset: str, overrides: Sequence[str] = (), 
 
 def _input_line(config: ml_collections.ConfigDict, cache: Path) -> str:
   """What the model reads: its tokens (and the pixels they are made of), from the cache's length,
-  or with no cache yet, how the task's length becomes tokens."""
+  or with no cache yet, the length the run's generator will make; else how the task's length
+  becomes tokens."""
   from lra.models.build import input_words  # pylint: disable=import-outside-toplevel
   try:
     seq_len = int(json.loads((cache / "meta.json").read_text())["seq_len"])
-    return f"input: {input_words(config, seq_len)}"
   except (OSError, ValueError, KeyError):
-    patch = config.model.get("patch", 1)
-    return ("input: the task's tokens" if patch == 1 else f"input: each {patch}x{patch} square "
-            f"of pixels one token (the task's length / {patch ** 2})")
+    made = TASKS[config.task].generated_length if config.data.generate else None
+    seq_len = made(**config.data.generator) if made else None
+  if seq_len is not None:
+    return f"input: {input_words(config, seq_len)}"
+  patch = config.model.get("patch", 1)
+  return ("input: the task's tokens" if patch == 1 else f"input: each {patch}x{patch} square "
+          f"of pixels one token (the task's length / {patch ** 2})")
 
 
 def _other_phase(config: ml_collections.ConfigDict, overrides: Sequence[str], run_dir: Path,
