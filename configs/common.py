@@ -77,7 +77,10 @@ def mixer_configs() -> ml_collections.ConfigDict:
       "latte_rglru_swa": {"num_latents": 40, "window": 128, "rope": False, "combine": "sum"},
       "linear": {},
       # FAVOR+ with 256 orthogonal features per head; kernel="relu" is what the LRA code ran.
-      "performer": {"num_features": 256, "kernel": "softmax", "redraw": False, "seed": 0},
+      # output_dtype: "input" (the float32 kernel's output cast back to x's dtype) | "float32"
+      # (kept, as under bfloat16 before 2026-11-28: the output projection then ran in float32).
+      "performer": {"num_features": 256, "kernel": "softmax", "redraw": False, "seed": 0,
+                    "output_dtype": "input"},
       # Linformer paper's k=256 with separate E, F per head; the LRA code: 16, shared E=F, heads.
       "linformer": {"proj_len": 256, "share_kv": False, "share_heads": False},
       "luna": {"packed_len": 128},

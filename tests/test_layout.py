@@ -164,8 +164,9 @@ def test_committed_runs_resume_under_the_moved_modules():
     if mixer in MIXERS:
       defaults = {f.name: f.default for f in dataclasses.fields(MIXERS[mixer])
                   if f.default is not dataclasses.MISSING}
-      defaults.update({key.split(".")[2]: value for key, value in run_identity.ADDED_KEYS.items()
-                       if key.startswith(f"mixers.{mixer}.")})
+      trained = run_identity.as_trained(stored)["mixers"][mixer]
+      defaults.update({key.split(".")[2]: trained[key.split(".")[2]]
+                       for key in run_identity.ADDED_KEYS if key.startswith(f"mixers.{mixer}.")})
       for key in config["mixers"][mixer].keys() - stored["mixers"][mixer].keys():
         assert config["mixers"][mixer][key] == defaults[key], (
             f"{folder.relative_to(ROOT)}: mixers.{mixer}.{key} resumes as "

@@ -639,6 +639,35 @@ def test_an_old_s5_config_is_the_bare_ssm_it_trained():
   assert not run_identity.same_run(old, resumed, today)
 
 
+@pytest.mark.parametrize("dtype, departs", [("bfloat16", True), ("float32", False)])
+def test_performers_output_cast_is_a_departure_of_the_bf16_runs_made_before_it(dtype, departs):
+  """Performer under bfloat16 fed its float32 kernel output to the output projection until the
+  cast back came: a bf16 config from before it (no output_dtype) departs from today's preset and
+  resumes uncast; a float32 one computed the same either way and keeps its name."""
+  import jax
+  import jax.numpy as jnp
+
+  from lra.models.mixers.performer import PerformerMixer
+  from lra.runs import run_identity
+  from lra.runs.command import run_config
+  from lra.runs.config_loading import resolve_config
+  from lra.runs.pack import resume_command
+  today = resolve_config("listops", "performer", "smoke", [f"model.dtype={dtype}"]).to_dict()
+  old = json.loads(json.dumps(today))
+  del old["mixers"]["performer"]["output_dtype"]
+  expected = ["mixers.performer.output_dtype=float32"] if departs else []
+  assert run_identity.departures(old, today) == expected
+  resumed = run_config(shlex.split(resume_command(old, Path("r")))[1:]).to_dict()
+  assert resumed["mixers"]["performer"]["output_dtype"] == ("float32" if departs else "input")
+  assert not run_identity.same_run(old, resumed, today)
+  x, mask = jnp.ones((1, 8, 16), jnp.bfloat16), jnp.ones((1, 8), bool)
+  for output, kind in (("input", jnp.bfloat16), ("float32", jnp.float32)):
+    layer = PerformerMixer(dim=16, num_heads=2, max_len=8, num_features=8, output_dtype=output)
+    params = layer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
+    params = jax.tree.map(lambda a: a.astype(jnp.bfloat16), params)  # as the encoder runs it
+    assert layer.apply(params, x, mask, deterministic=True)[0].dtype == kind
+
+
 def test_spt_rows_stand_in_their_own_column_and_pretraining_runs_in_no_table(tmp_path):
   """A fine-tune from self-pretraining (run name `squares+spt`) is a column of its own beside the
   from-scratch squares column, never averaged with it, with its own rank correlation and a

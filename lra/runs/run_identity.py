@@ -30,7 +30,8 @@ NOT_IDENTITY = ("log.", "spt.init_from", "spt.allow_partial",
                 # spt_phase): named there once, not twice; a run from scratch reads none of them.
                 "spt.pretrain_steps", "spt.pretrain_warmup_steps", "spt.finetune_steps")
 # Keys added with a default that is not what configs written before them computed: the value those
-# configs ran, read wherever a stored config has the key's block but not the key.
+# configs ran, read wherever a stored config has the key's block but not the key (or a function of
+# the stored config giving it, where that depended on other settings).
 ADDED_KEYS = {
     # Reformer attended to every key of its chunk window until the same-bucket rule came
     # (2026-11-27); the paper's rule is today's default, the LRA code's the `lra` presets'.
@@ -38,6 +39,13 @@ ADDED_KEYS = {
     # S5 in the common block was the bare SSM (the class default) until S5's output layer became
     # the preset's (2026-11-28): a config without the key trained no gate after the scans.
     "mixers.s5.activation": "none",
+    # Performer's float32 kernel output went into its output projection uncast until the cast
+    # back to the compute dtype came (2026-11-28): a change only where that dtype was bfloat16
+    # (and the kernel the float32 random features', softmax).
+    "mixers.performer.output_dtype": lambda config: (
+        "float32" if config.get("model", {}).get("dtype") == "bfloat16"
+        and config.get("mixers", {}).get("performer", {}).get("kernel", "softmax") == "softmax"
+        else "input"),
 }
 _MAX_NAME = 80  # longer override suffixes become a hash, so paths stay usable
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+,-]")
@@ -65,7 +73,7 @@ def as_trained(config: Mapping[str, Any]) -> dict[str, Any]:
     for part in path:
       block = block.get(part) if isinstance(block, dict) else None
     if isinstance(block, dict) and leaf not in block:
-      block[leaf] = value
+      block[leaf] = value(config) if callable(value) else value
   return config
 
 
