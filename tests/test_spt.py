@@ -7,6 +7,7 @@ program on the same device (bit-exact); the two-device check allows float32 redu
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -336,6 +337,24 @@ def test_predictions_of_a_pretraining_run_are_refused_in_one_line(pretrained, tm
   err = capsys.readouterr().err.strip()
   assert err.count("\n") == 0 and "self-pretraining run" in err, err
   assert not (tmp_path / "p.npy").exists()
+
+
+def test_eval_of_a_pretraining_reads_val_and_its_hint_names_lra_pretrain(pretrained, data_dir,
+                                                                          tmp_path, capsys):
+  """Denoising never reads test (its best checkpoint is chosen on val): `lra eval` of a
+  pretraining scores val unless test is asked for, and a folder without checkpoints is told to
+  rerun the command that made it, `lra pretrain`."""
+  assert main(["eval", str(pretrained), "--data-dir", str(data_dir)]) == 0
+  assert " on val: accuracy " in capsys.readouterr().out
+  assert main(["eval", str(pretrained), "--data-dir", str(data_dir), "--split", "test"]) == 0
+  assert " on test: accuracy " in capsys.readouterr().out  # asked for: its choice
+  bare = tmp_path / "bare"
+  bare.mkdir()
+  for name in ("config.json", "final.json"):
+    shutil.copy(pretrained / name, bare / name)
+  assert main(["eval", str(bare), "--data-dir", str(data_dir)]) == 2
+  err = capsys.readouterr().err
+  assert "rerun `lra pretrain listops latte --preset smoke --run-dir" in err, err
 
 
 def test_a_pretraining_run_gets_no_synthetic_verdict():
