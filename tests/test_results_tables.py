@@ -851,6 +851,25 @@ def test_sweep_grid_crosses_settings_each_named_by_its_values(tmp_path):
     sweep.grid_settings(["train.learning_rate"])
 
 
+def test_sweep_refuses_a_grid_on_the_seed_and_values_that_make_one_run_twice(tmp_path, capsys):
+  """`--seeds 0 1 --grid train.seed=3,4` planned four runs that were two (each command giving
+  --config.train.seed twice), and `--grid train.learning_rate=1e-3,0.001` two jobs in one folder,
+  which two array tasks would race for: each is one line, exit 2."""
+  res = tmp_path / "results"
+  common = ["sweep", "--tasks", "listops", "--mixers", "latte", "--preset", "smoke",
+            "--results-dir", str(res)]
+  assert main([*common, "--seeds", "0", "1", "--grid", "train.seed=3,4"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and "seeds come from --seeds" in err, err
+  assert main([*common, "--grid", "train.learning_rate=1e-3,0.001"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and ("--grid values train.learning_rate=1e-3 and "
+                                   "train.learning_rate=0.001 make the same run") in err, err
+  assert main([*common, "--seeds", "0", "0"]) == 2
+  assert "--seeds names seed 0 twice" in capsys.readouterr().err
+  assert main([*common, "--grid", "train.learning_rate=1e-3,2e-3"]) == 0  # two runs: fine
+
+
 def test_one_rounding_rule_for_every_report():
   """A mean that is 56.675 in percent and 0.56675 as a fraction prints the same everywhere."""
   from lra.report import status
