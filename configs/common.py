@@ -247,6 +247,13 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.spt.finetune_steps = 0
   c.spt.init_from = ""              # the pretraining run a fine-tune starts from (--init-from)
   c.spt.allow_partial = False       # fine-tune from an unfinished pretraining (--allow-partial)
+  # Not a setting: the start `lra run --init-from` records in a fine-tune's config (lra/runs/
+  # start.py), which its name, its key in the tables and its resume read.
+  c.spt.start = ml_collections.ConfigDict()
+  c.spt.start.config_id = ""        # the pretraining's key ("": no start recorded)
+  c.spt.start.departures = []       # how the pretraining departs from its preset
+  c.spt.start.step = 0              # the step of the checkpoint loaded
+  c.spt.start.complete = False      # whether the pretraining was complete then
   return c
 
 

@@ -307,16 +307,15 @@ def test_committed_runs_match_todays_configs():
   command in a fresh clone skips or resumes it instead of failing on a stale config."""
   import ml_collections
 
-  from lra.runs import run_identity
+  from lra.runs import start
   from lra.runs.config_loading import default_run_dir, preset_reference
   stale = []
   for config_path in sorted((ROOT / "results" / "runs").glob("*/*/*/config.json")):
-    config = json.loads(config_path.read_text())
-    # A fine-tune is also named for how its pretraining (a committed folder too) departs.
-    start = ROOT / ((config.get("spt") or {}).get("init_from") or "-") / "config.json"
-    pretraining = run_identity.read_config(start) if start.is_file() else None
-    name = default_run_dir(ml_collections.ConfigDict(config), ROOT, preset_reference(config),
-                           pretraining=pretraining).name
+    # A fine-tune committed before the start record reads as the code read it then: named also
+    # for how its pretraining (a committed folder too) departs.
+    config, _ = start.read_run(config_path.parent, base=ROOT)
+    name = default_run_dir(ml_collections.ConfigDict(config), ROOT,
+                           preset_reference(config)).name
     if name != config_path.parent.name:
       stale.append(f"{config_path.parent.relative_to(ROOT)}: today it is {name}")
   assert not stale, "rerun these runs with today's code:\n" + "\n".join(stale)
@@ -666,6 +665,38 @@ def test_performers_output_cast_is_a_departure_of_the_bf16_runs_made_before_it(d
     params = layer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
     params = jax.tree.map(lambda a: a.astype(jnp.bfloat16), params)  # as the encoder runs it
     assert layer.apply(params, x, mask, deterministic=True)[0].dtype == kind
+
+
+def test_a_run_holds_only_the_settings_its_phase_reads(capsys):
+  """A run from scratch reads no spt.* setting, a pretraining no classifier head: neither is part
+  of its identity (S5's squares_published seed 1 stores an spt block and seed 0 none: a change of
+  the preset's spt.pixel_levels must neither split them nor move seed 1), and a --config override
+  of one is refused in one line naming the phase that reads it."""
+  from lra.runs import run_identity
+  from lra.runs.config_loading import resolve_config
+  today = resolve_config("pathfinder", "s5", "squares_published").to_dict()
+  seed1 = json.loads(json.dumps(today))
+  seed1["spt"]["pixel_levels"] = 7  # as if the preset had changed since it ran
+  seed0 = {k: v for k, v in today.items() if k != "spt"}
+  assert run_identity.departures(seed1, today) == []
+  assert run_identity.run_name(seed1, today) == run_identity.run_name(seed0, today)
+  assert (run_identity.config_fingerprint(seed1, today)
+          == run_identity.config_fingerprint(seed0, today))
+  pre = resolve_config("listops", "latte", "smoke", ["objective=denoise"]).to_dict()
+  headed = json.loads(json.dumps(pre))
+  headed["model"]["head"] = "mlp"
+  assert run_identity.departures(headed, pre) == []
+  common = ["listops", "latte", "--preset", "smoke", "--dry-run"]
+  for words, says in (
+      (["run", *common, "--config.spt.mask_ratio=0.3", "--config.spt.loss=l1"],
+       "a run from scratch does not read spt.mask_ratio; a self-pretraining run (lra pretrain) "
+       "and a fine-tune (--init-from) do"),
+      (["pretrain", *common, "--config.model.head=mlp"],
+       "a self-pretraining run (lra pretrain) does not read model.head"),
+      (["run", *common, "--config.spt.start.step=3"], "the start a fine-tune records")):
+    assert main(words) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and says in err and "Traceback" not in err, err
 
 
 def test_spt_rows_stand_in_their_own_column_and_pretraining_runs_in_no_table(tmp_path):

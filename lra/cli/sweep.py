@@ -26,6 +26,7 @@ from lra.cli.common import local_results, add_command
 from lra.cli.slurm import (DEFAULT_TIME, STOP_BEFORE_LIMIT_S, current_env_activate, slurm_script,
                            spt_submit_script)
 from lra.report.run_summary import STOPPED
+from lra.runs import run_identity, start
 from lra.runs.command import MIXER_HELP
 from lra.runs.config_loading import (data_cache_dir, default_data_dir, default_run_dir,
                                      missing_data, resolve_config, unused_overrides)
@@ -115,18 +116,21 @@ def plan(tasks: Sequence[str], mixers: Sequence[str], seeds: Sequence[int], *, p
   for task, mixer, combination, seed in itertools.product(tasks, mixers, combinations, seeds):
     settings = [f"train.seed={seed}", *overrides, *combination]
     phase, extra = ("pretrain", ["objective=denoise"]) if spt else ("", [])
-    config = resolve_config(task, mixer, preset, [*settings, *extra])
+    # --spt: each phase gets what it reads; from scratch, an spt.* setting is refused.
+    mine = run_identity.for_phase(phase, settings) if spt else settings
+    config = resolve_config(task, mixer, preset, [*mine, *extra])
     run_dir = default_run_dir(config, results_dir)
     if run_dir in made:
       raise errors.BadValue(_twice(made[run_dir], (combination, seed), run_dir))
     made[run_dir] = (combination, seed)
-    jobs.append(_job(task, mixer, seed, preset, config, run_dir, settings, results_dir, data_dir,
+    jobs.append(_job(task, mixer, seed, preset, config, run_dir, mine, results_dir, data_dir,
                      phase))
-    if spt:  # its fine-tune starts from the pretraining's folder
-      tune = resolve_config(task, mixer, preset, [*settings, f"spt.init_from={run_dir}"])
-      tune_dir = default_run_dir(tune, results_dir, pretraining=config.to_dict())
-      jobs.append(_job(task, mixer, seed, preset, tune, tune_dir,
-                       settings, results_dir, data_dir, "spt", init_from=run_dir))
+    if spt:  # its fine-tune starts from the pretraining's folder, complete by then
+      theirs = run_identity.for_phase("spt", settings)
+      tune = resolve_config(task, mixer, preset, [*theirs, f"spt.init_from={run_dir}"])
+      start.write(tune, start.of_pretraining(config.to_dict()))
+      jobs.append(_job(task, mixer, seed, preset, tune, default_run_dir(tune, results_dir),
+                       theirs, results_dir, data_dir, "spt", init_from=run_dir))
   return jobs
 
 
