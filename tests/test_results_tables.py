@@ -830,6 +830,22 @@ def test_sweep_spt_plans_each_pretraining_before_its_fine_tune_and_chains_the_ar
     assert f"--config.train.seed={seed} " in b
 
 
+def test_sweep_spt_gives_each_phase_the_settings_it_reads(tmp_path):
+  """--spt: the pretraining's budget goes to the pretraining alone (its fine-tune is named for that
+  start), the classifier's head to the fine-tune alone; without --spt an spt.* setting on a run
+  from scratch is refused in one line."""
+  res = tmp_path / "results"
+  pre, tune = sweep.plan(["listops"], ["latte"], [0], preset="smoke", results_dir=res, spt=True,
+                         overrides=["spt.pretrain_steps=5", "model.head=mlp"])
+  assert "--config.spt.pretrain_steps=5" in pre.argv and "--config.model.head=mlp" not in pre.argv
+  assert "--config.model.head=mlp" in tune.argv and "--config.spt.pretrain_steps=5" not in tune.argv
+  assert pre.run_dir.name == "smoke+pretrain,train.num_steps=5_seed0"
+  assert tune.run_dir.name == "smoke+spt,model.head=mlp,pretrain.train.num_steps=5_seed0"
+  with pytest.raises(ValueError, match="a run from scratch does not read spt.pretrain_steps"):
+    sweep.plan(["listops"], ["latte"], [0], preset="smoke", results_dir=res,
+               overrides=["spt.pretrain_steps=5"])
+
+
 def test_a_sweep_starts_no_fine_tune_from_an_unfinished_pretraining(tmp_path, capsys):
   """Each fine-tune follows its own pretraining (its folder), not any of the same (task, mixer,
   seed): with a grid, two pretrainings share those. A diverged one stops its fine-tune only."""

@@ -313,6 +313,10 @@ def pretrain_and_fine_tune(task: str, data_dir, root) -> dict:
                str(pre)]) == 0
   final = json.loads((tune / "final.json").read_text())
   assert final["status"] == "complete" and final["pretrained"]["step"] >= 1
+  # Its config.json records the start it loaded, which its name and key read.
+  recorded = json.loads((tune / "config.json").read_text())["spt"]["start"]
+  assert recorded["complete"] and recorded["step"] == final["pretrained"]["step"]
+  assert recorded["config_id"] == final["pretrained"]["config_id"]
   return final
 
 
