@@ -101,7 +101,10 @@ def mixer_configs() -> ml_collections.ConfigDict:
       "latte_rglru_swa": {"num_latents": 40, "window": 128, "rope": False, "combine": "sum"},
       "linear": {},
       # FAVOR+ with 256 orthogonal features per head; kernel="relu" is what the LRA code ran.
-      "performer": {"num_features": 256, "kernel": "softmax", "redraw": False, "seed": 0},
+      # output_dtype: "input" (the float32 kernel's output cast back to x's dtype) | "float32"
+      # (kept, as under bfloat16 before 2026-11-28: the output projection then ran in float32).
+      "performer": {"num_features": 256, "kernel": "softmax", "redraw": False, "seed": 0,
+                    "output_dtype": "input"},
       # Linformer paper's k=256 with separate E, F per head; the LRA code: 16, shared E=F, heads.
       "linformer": {"proj_len": 256, "share_kv": False, "share_heads": False},
       "luna": {"packed_len": 128},
@@ -283,6 +286,13 @@ def base_config(task: str, preset: str, mixer: str, *,
   c.spt.finetune_steps = 0
   c.spt.init_from = ""              # the pretraining run a fine-tune starts from (--init-from)
   c.spt.allow_partial = False       # fine-tune from an unfinished pretraining (--allow-partial)
+  # Not a setting: the start `lra run --init-from` records in a fine-tune's config (lra/runs/
+  # start.py), which its name, its key in the tables and its resume read.
+  c.spt.start = ml_collections.ConfigDict()
+  c.spt.start.config_id = ""        # the pretraining's key ("": no start recorded)
+  c.spt.start.departures = []       # how the pretraining departs from its preset
+  c.spt.start.step = 0              # the step of the checkpoint loaded
+  c.spt.start.complete = False      # whether the pretraining was complete then
   return c
 
 

@@ -19,8 +19,10 @@ PAPER = common.PaperRow(dim=512, latents=40, learning_rate=1e-3, batch_size=32,
                         weight_decay=0.05, dropout=0.1, epochs=200)
 
 
-# Token ids (a vocabulary) or pixel values: base_config's `tokens`.
-TOKENS = False
+def defaults(preset: str, mixer: str) -> ml_collections.ConfigDict:
+  """What this task's presets start from (`lra run --dry-run` tells them apart by it)."""
+  return common.base_config("image", preset, mixer, tokens=False)
+
 
 # The presets this task takes (--preset; common.parse_arg says whose another one is).
 PRESETS = ("paper", "latte_code", "lra", "smoke", "published")
@@ -28,7 +30,7 @@ PRESETS = ("paper", "latte_code", "lra", "smoke", "published")
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   preset, mixer = common.parse_arg(arg, PRESETS, task="image")
-  c = common.base_config("image", preset, mixer, tokens=TOKENS)
+  c = defaults(preset, mixer)
   c.eval.batch_size = 250
   if preset in ("paper", "latte_code", "lra"):
     common.lra_pixel_blocks(c)

@@ -19,8 +19,10 @@ PAPER = common.PaperRow(dim=128, latents=40, learning_rate=1e-3, batch_size=64,
                         weight_decay=0.01, dropout=0.1, epochs=50)
 
 
-# Token ids (a vocabulary) or pixel values: base_config's `tokens`.
-TOKENS = True
+def defaults(preset: str, mixer: str) -> ml_collections.ConfigDict:
+  """What this task's presets start from (`lra run --dry-run` tells them apart by it)."""
+  return common.base_config("listops", preset, mixer, tokens=True)
+
 
 # The presets this task takes (--preset; common.parse_arg says whose another one is).
 PRESETS = (*common.PRESETS, *common.LAPTOP_PRESETS, *common.PUBLISHED_PRESETS)
@@ -28,7 +30,7 @@ PRESETS = (*common.PRESETS, *common.LAPTOP_PRESETS, *common.PUBLISHED_PRESETS)
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   preset, mixer = common.parse_arg(arg, PRESETS, task="listops")
-  c = common.base_config("listops", preset, mixer, tokens=TOKENS)
+  c = defaults(preset, mixer)
   if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)
     common.sorted_micro_batches(c)  # the paper's batches in fewer padded tokens

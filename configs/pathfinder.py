@@ -28,8 +28,10 @@ PAPER = common.PaperRow(dim=256, latents=40, learning_rate=1e-3, batch_size=64,
 SQUARES_STEPS, SQUARES_EVALS, SQUARES_PATCH = 20_000, 10, 4
 
 
-# Token ids (a vocabulary) or pixel values: base_config's `tokens`.
-TOKENS = False
+def defaults(preset: str, mixer: str) -> ml_collections.ConfigDict:
+  """What this task's presets start from (`lra run --dry-run` tells them apart by it)."""
+  return common.base_config("pathfinder", preset, mixer, tokens=False)
+
 
 # The presets this task takes (--preset; common.parse_arg says whose another one is).
 PRESETS = (*common.PRESETS, *common.CPU_PRESETS, *common.PUBLISHED_PRESETS)
@@ -37,7 +39,7 @@ PRESETS = (*common.PRESETS, *common.CPU_PRESETS, *common.PUBLISHED_PRESETS)
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   preset, mixer = common.parse_arg(arg, PRESETS, task="pathfinder")
-  c = common.base_config("pathfinder", preset, mixer, tokens=TOKENS)
+  c = defaults(preset, mixer)
   c.eval.batch_size = 256
   if preset in ("paper", "latte_code", "lra", *common.CPU_PRESETS):
     common.lra_pixel_blocks(c)

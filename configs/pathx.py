@@ -19,7 +19,12 @@ from lra.configs import common, pathfinder, published
 SPT = common.SptRow(mask_ratio=0.5, loss="ce", epochs=200, warmup_steps=5000)
 
 
-TOKENS = pathfinder.TOKENS  # Pathfinder's config, re-sized
+def defaults(preset: str, mixer: str) -> ml_collections.ConfigDict:
+  """Pathfinder's defaults (Path-X is its config, re-sized)."""
+  c = pathfinder.defaults(preset, mixer)
+  c.task = "pathx"
+  return c
+
 
 # The presets this task takes (--preset; common.parse_arg says whose another one is).
 PRESETS = ("paper", "latte_code", "lra", "smoke", "published")

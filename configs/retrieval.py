@@ -19,8 +19,10 @@ PAPER = common.PaperRow(dim=128, latents=40, learning_rate=1e-4, batch_size=32,
                         weight_decay=0.01, dropout=0.1, epochs=20)
 
 
-# Token ids (a vocabulary) or pixel values: base_config's `tokens`.
-TOKENS = True
+def defaults(preset: str, mixer: str) -> ml_collections.ConfigDict:
+  """What this task's presets start from (`lra run --dry-run` tells them apart by it)."""
+  return common.base_config("retrieval", preset, mixer, tokens=True)
+
 
 # The presets this task takes (--preset; common.parse_arg says whose another one is).
 PRESETS = ("paper", "latte_code", "lra", "smoke", "published")
@@ -28,7 +30,7 @@ PRESETS = ("paper", "latte_code", "lra", "smoke", "published")
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   preset, mixer = common.parse_arg(arg, PRESETS, task="retrieval")
-  c = common.base_config("retrieval", preset, mixer, tokens=TOKENS)
+  c = defaults(preset, mixer)
   # The pair's features [u, v, u*v, u-v] go through an MLP head (LRA code and Latte code alike).
   c.model.head = "mlp"
   c.eval.batch_size = 32

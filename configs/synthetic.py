@@ -15,8 +15,10 @@ from lra.configs import common
 SPT = common.SptRow(mask_ratio=0.15, loss="ce", epochs=0, warmup_steps=0)
 
 
-# Token ids (a vocabulary) or pixel values: base_config's `tokens`.
-TOKENS = False
+def defaults(preset: str, mixer: str) -> ml_collections.ConfigDict:
+  """What this task's presets start from (`lra run --dry-run` tells them apart by it)."""
+  return common.base_config("synthetic", preset, mixer, tokens=False)
+
 
 # The presets this task takes (--preset; common.parse_arg says whose another one is).
 PRESETS = common.PRESETS
@@ -25,7 +27,7 @@ PRESETS = common.PRESETS
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   preset, mixer = common.parse_arg(arg, PRESETS, task="synthetic")
   smoke = preset == "smoke"
-  c = common.base_config("synthetic", preset, mixer, tokens=TOKENS)
+  c = defaults(preset, mixer)
   common.small_generated(c, smoke_size=smoke, generator=dict(
       num_train=256 if smoke else 8000, num_val=64 if smoke else 1000,
       num_test=64 if smoke else 1000, seq_len=32 if smoke else 256,

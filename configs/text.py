@@ -21,8 +21,10 @@ PAPER = common.PaperRow(dim=256, latents=40, learning_rate=1e-3, batch_size=32,
                         weight_decay=0.05, dropout=0.1, epochs=32)
 
 
-# Token ids (a vocabulary) or pixel values: base_config's `tokens`.
-TOKENS = True
+def defaults(preset: str, mixer: str) -> ml_collections.ConfigDict:
+  """What this task's presets start from (`lra run --dry-run` tells them apart by it)."""
+  return common.base_config("text", preset, mixer, tokens=True)
+
 
 # The presets this task takes (--preset; common.parse_arg says whose another one is).
 PRESETS = ("paper", "latte_code", "lra", "smoke", "published")
@@ -30,7 +32,7 @@ PRESETS = ("paper", "latte_code", "lra", "smoke", "published")
 
 def get_config(arg: str = "paper") -> ml_collections.ConfigDict:
   preset, mixer = common.parse_arg(arg, PRESETS, task="text")
-  c = common.base_config("text", preset, mixer, tokens=TOKENS)
+  c = defaults(preset, mixer)
   if preset in ("paper", "latte_code"):
     common.paper(c, PAPER, NUM_TRAIN)
     common.sorted_micro_batches(c)  # reviews of a few hundred to 4,000 bytes

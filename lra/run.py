@@ -14,7 +14,7 @@ import ml_collections
 
 from lra import errors
 from lra.machine import stop_after
-from lra.runs import loggers, pack, run_identity, run_lock
+from lra.runs import loggers, pack, run_identity, run_lock, start
 from lra.training import init_from, train
 from lra.runs.config_loading import (default_data_dir, default_run_dir, load_data,
                                      reference_config, resolve_config)
@@ -43,34 +43,33 @@ def run(task: str, mixer: str, *, preset: str = "paper", overrides: Sequence[str
 
 def run_config(config: ml_collections.ConfigDict, *, data_dir: Path | None = None,
                run_dir: Path | None = None, results_dir: Path = Path("results"),
-               progress: bool = True, stop_after_s: float | None = None) -> dict[str, Any]:
+               progress: bool = True, stop_after_s: float | None = None,
+               reference: dict[str, Any] | None = None) -> dict[str, Any]:
   """`run` of a resolved config (lra.runs.config_loading.resolve_config): the same checks, run
-  folder and training, the config resolved once for all of them."""
+  folder and training, the config resolved once for all of them. `reference`: today's preset
+  (reference_config), where the caller has it. A fine-tune's start is recorded in `config`
+  (lra.runs.start.resolve) unless the caller did."""
   stop_after.check_limit(stop_after_s)
   loggers.check(config)  # a missing TensorBoard or W&B package: one line before any work
   # Today's preset, which the run's name and a folder's earlier run are measured against.
-  reference = reference_config(config.to_dict()).to_dict()
-  run_dir = Path(run_dir) if run_dir else default_run_dir(config, results_dir, reference)
+  if reference is None:
+    reference = reference_config(config.to_dict()).to_dict()
+  own = start.resolve(config, results_dir, run_dir)
+  start.require(config)
+  run_dir = Path(run_dir or own or default_run_dir(config, results_dir, reference))
   fresh = not run_dir.exists() or not any(run_dir.iterdir())
-  if run_identity.phase(config) == "spt":
-    # A fine-tune's start is checked when it starts; once it holds a checkpoint it continues its
-    # own state, wherever its pretraining run has gone since (another machine, a deleted folder).
-    if not _has_checkpoint(run_dir):
-      init_from.check(config.to_dict(), Path(config.spt.init_from))
-    init_from.check_resumed(run_dir, Path(config.spt.init_from))
+  if run_identity.phase(config) == "spt" and not start.begun(run_dir):
+    # A fine-tune's start is checked when it starts; once it holds a checkpoint (or is complete)
+    # it continues its own state, wherever its pretraining has gone (another machine, deleted).
+    init_from.check(config.to_dict(), Path(config.spt.init_from))
   try:
     with run_lock.hold(run_dir):
       return {**_run_locked(config, reference, run_dir, data_dir, progress, stop_after_s),
               "run_dir": str(run_dir)}
   except OutOfMemoryError:
-    if fresh and not _has_checkpoint(run_dir):
+    if fresh and not start.has_checkpoint(run_dir):
       shutil.rmtree(run_dir, ignore_errors=True)
     raise
-
-
-def _has_checkpoint(run_dir: Path) -> bool:
-  """Whether `run_dir` holds a training checkpoint (a step's folder) to resume from."""
-  return any(p.name.isdigit() for p in (run_dir / "checkpoints").glob("*"))
 
 
 def _run_locked(config: ml_collections.ConfigDict, reference: dict[str, Any], run_dir: Path,

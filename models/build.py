@@ -60,10 +60,10 @@ def build_model(config: ml_collections.ConfigDict, spec: Any) -> Classifier | De
   encoder = build_encoder(config, spec)
   objective = config.get("objective", "classify")  # configs written before SPT classify
   if objective == "denoise":
-    # Pixel tasks (no pad id) bin their 0-255 values; token tasks predict the vocabulary's ids.
+    # Pixel tasks bin their 0-255 values; token tasks predict the vocabulary's ids.
     return Denoiser(encoder=encoder, mask_ratio=config.spt.mask_ratio, loss=config.spt.loss,
                     num_values=spec.vocab_size, dual=spec.dual,
-                    pixel_levels=config.spt.pixel_levels if spec.pad_id is None else None)
+                    pixel_levels=config.spt.pixel_levels if spec.pixels else None)
   if objective != "classify":
     raise errors.BadValue(f"objective must be one of {OBJECTIVES}, got {objective!r}")
   return Classifier(encoder=encoder, num_classes=spec.num_classes, dual=spec.dual,

@@ -2,7 +2,6 @@
 time (pads included), evaluates on running ones, and its statistics survive a resume."""
 import json
 import shutil
-import types
 
 import jax
 import numpy as np
@@ -12,9 +11,10 @@ from lra import errors, run
 from lra.training import optim, train
 from lra.runs.config_loading import resolve_config
 from lra.models.build import build_model
+from lra.tasks import TaskSpec
 from lra.runs.writers import read_metrics
 
-SPEC = types.SimpleNamespace(vocab_size=20, seq_len=24, num_classes=10, dual=False, pad_id=0)
+SPEC = TaskSpec(vocab_size=20, seq_len=24, num_classes=10)
 
 
 def _s5_published(**model):

@@ -34,7 +34,11 @@ def _softmax(z, axis):
 
 def test_latte_map_gives_the_naive_bid_latte_formula():
   """BidLatte as its authors describe it: separate Wq, Wk [D,L], Wv, o_proj [D,D], split per head
-  head-major; p(l|t) a softmax over the head's latents, p(s|l) a softmax over real times."""
+  head-major; p(l|t) a softmax over the head's latents, p(s|l) a softmax over real times.
+
+  A formula written from the description, not the authors' layer: this and the S5 test below
+  check the maps without a clone. Only test_the_authors_layers_compute_ours (clones needed) and
+  the `check` of each `lra bench --against` record compare with the third-party code."""
   heads, latents, d = 2, 6, 8
   x, mask = _x_and_mask(d=d)
   layer = latte.LatteMixer(dim=d, num_heads=heads, max_len=12, num_latents=latents)
@@ -88,6 +92,9 @@ def test_softmax_against_flax_and_jax_is_checked_then_timed(name):
   check = record["check"]
   assert record["status"] == "ok" and check["same_function"] and check["layout_matches"]
   assert check["output_max_abs_diff"] < 1e-5 < check["output_max_abs"]
+  # The record says what the check compared, so a reader of it knows what "ok" means.
+  assert check["compared"] == against.CHECKED and check["tolerance"] == against.TOLERANCE
+  assert check["inputs"] == [2, 16, 8] and check["matmul_precision"] == "highest"
   for side in ("ours", "theirs"):
     assert len(record[side]["round_ms"]) == 2 and record[side]["peak_bytes"] > 0
   assert record["speedup_round_min"] <= record["speedup_round_max"]
@@ -111,6 +118,9 @@ def test_a_broken_map_is_caught_and_not_timed(monkeypatch):
                     "and lindermanlab/S5")
 @pytest.mark.parametrize("name", ["latte_listops", "s5_listops"])
 def test_the_authors_layers_compute_ours(name):
+  """The third-party layers themselves (skipped without LRA_REFERENCE_CLONES: CI has no clones,
+  so there the maps are checked against formulas only, above). Each `lra bench --against` record
+  keeps this check, with what it compared and the clone's commit."""
   case = against.shrink(against.CASES[name])
   pair = against.make_pair(case, CLONES)
   found = against.check(pair, *against.inputs(2, 16, 8, pair.masked))

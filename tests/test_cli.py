@@ -76,6 +76,15 @@ def test_dry_run_prints_each_value_with_its_source_and_trains_nothing(tmp_path, 
   assert "results/local/runs/listops/latte/demo_seed0" in capsys.readouterr().out
 
 
+def test_the_squares_dry_run_says_how_many_tokens_before_the_data_exists(tmp_path, capsys):
+  """The data is not generated yet: the generator's settings say its length (1,024 pixels), so the
+  dry run gives the number of tokens, not "the task's length / 16"."""
+  assert main(["run", "pathfinder", "latte", "--preset", "squares", "--dry-run", "--data-dir",
+               str(tmp_path / "data"), "--results-dir", str(tmp_path / "results")]) == 0
+  out = capsys.readouterr().out
+  assert "input: 64 tokens (4x4 squares of 1024 pixels)" in out, out[:800]
+
+
 def test_a_dry_run_says_what_the_run_costs_where_a_speed_is_known(capsys):
   """`lra run pathfinder softmax --preset lra --dry-run` showed 62,400 steps of batch 512 and not
   what they cost: now each device the ledger knows, its speed, total time and source."""
@@ -98,6 +107,31 @@ def test_a_dry_run_says_what_the_run_costs_where_a_speed_is_known(capsys):
   assert any(x.startswith("  NVIDIA H100: ~") for x in out.splitlines())
   assert ("  any other device: no measured speed; `lra bench --epoch pathfinder --preset lra "
           "--mixers softmax` times an epoch on this machine") in out
+
+
+def test_a_fine_tunes_dry_run_finds_its_committed_seeds_from_one_resolution(tmp_path, capsys,
+                                                                             monkeypatch):
+  """The dry run keys a fine-tune as the tables do (its recorded start included), so the three
+  committed seeds of this command's config give its cost; and it resolves the command's config
+  once, reading the committed runs' stored keys (results/tables/runs.csv) instead of resolving
+  each run's preset (~219 configs before)."""
+  from lra.report.results import committed_results_dir
+  from lra.runs import config_loading
+  if committed_results_dir() is None:
+    pytest.skip("needs this repository's results/")
+  resolved = []
+  real = config_loading.load_config
+  monkeypatch.setattr(config_loading, "load_config",
+                      lambda *a, **k: resolved.append(a) or real(*a, **k))
+  pretraining = "results/runs/pathfinder/latte/squares+pretrain_seed1"
+  monkeypatch.chdir(committed_results_dir().parent)
+  assert main(["run", "pathfinder", "latte", "--preset", "squares", "--init-from", pretraining,
+               "--seed", "1", "--dry-run", "--results-dir", str(tmp_path)]) == 0
+  out = capsys.readouterr().out
+  assert "3 runs of this config in the repository's committed results" in out, out[:1500]
+  assert "squares+spt_seed0, results/runs/pathfinder/latte/squares+spt_seed1" in out
+  # The command's config, today's preset, and the preset of the pretraining it starts from.
+  assert len(resolved) <= 3, resolved
 
 
 def test_a_dry_run_reads_speeds_from_runs_and_bench_records_of_the_same_config(tmp_path, capsys):
@@ -271,16 +305,24 @@ def test_generators_are_seeded_without_a_seed_flag(tmp_path):
 
 
 def test_dry_run_sources_hold_for_every_task():
-  """Every task's config starts from configs/common.py:base_config (where `default` is read), so
-  the smoke preset's one-layer model shows as `preset` and an override as `command line`."""
+  """Every task's config starts from configs/<task>.py:defaults (where `default` is read), so
+  the smoke preset's one-layer model shows as `preset` and an override as `command line`; a run
+  from scratch lists no spt.* setting (it reads none), a fine-tune its recorded start."""
   from lra.report import dry_run
+  from lra.runs.config_loading import reference_config, resolve_config
   from lra.tasks import TASKS
   for task in TASKS:
+    config = resolve_config(task, "latte", "smoke", ["train.seed=3"])
     rows = {key: source for key, _, source in dry_run.sources(
-        task, "latte", "smoke", ["train.seed=3"])}
+        config, reference_config(config.to_dict()).to_dict())}
     assert rows["model.num_layers"] == "preset", task
     assert rows["train.seed"] == "command line" and rows["eval.batch_size"] != "command line", task
     assert "default" in rows.values(), task
+    assert not any(key.startswith("spt.") for key in rows), task
+  tune = resolve_config("listops", "latte", "smoke", ["spt.init_from=somewhere"])
+  rows = {key: source for key, _, source in dry_run.sources(
+      tune, reference_config(tune.to_dict()).to_dict())}
+  assert rows["spt.start.config_id"] == "command line" and rows["spt.mask_ratio"] == "preset"
 
 
 def test_every_subcommand_page_opens_with_what_it_does():

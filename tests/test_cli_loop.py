@@ -247,7 +247,8 @@ def test_table_committed_and_check_say_what_they_did(tmp_path, capsys, monkeypat
   monkeypatch.chdir(tmp_path)
   assert main(["table", "--committed"]) == 0
   last = capsys.readouterr().out.strip().splitlines()[-1]
-  assert last.startswith("lra table --committed: 15 file(s) changed: results/tables/ and "
+  # 7 tasks' CSV and Markdown, lra.csv and lra.md, the run index (runs.csv) and the README.
+  assert last.startswith("lra table --committed: 16 file(s) changed: results/tables/ and "
                          "README.md's block from 1 complete run(s) in results/runs/"), last
   assert "beside" not in last  # the committed tables are the committed runs' alone
   assert main(["table", "--committed"]) == 0

@@ -62,3 +62,22 @@ def test_user_errors_are_the_builtins_their_callers_catch():
   assert errors.is_mistake(PermissionError(errno.EACCES, "Permission denied", "/x"))
   # A KeyError, ValueError or errno-less OSError raised by the suite's code is a bug.
   assert not any(errors.is_mistake(e) for e in (KeyError("source"), ValueError("x"), OSError("x")))
+
+
+def test_a_users_file_is_named_wherever_the_interpreter_lives(tmp_path, monkeypatch):
+  """With a system Python, sys.prefix is /usr, and a container keeps a user's code in
+  /usr/src/app: an error raised there is still the user's frame, named as such."""
+  import sys
+
+  from lra.base import tracebacks
+  app = tmp_path / "usr" / "src" / "app"
+  app.mkdir(parents=True)
+  (app / "my_layer.py").write_text("def call():\n  raise ValueError('the layer broke')\n")
+  monkeypatch.setattr(sys, "prefix", str(tmp_path / "usr"))
+  monkeypatch.syspath_prepend(str(app))
+  import my_layer  # noqa: PLC0415 - written above
+  with pytest.raises(ValueError) as caught:
+    my_layer.call()
+  frame = tracebacks.user_frame(caught.value)
+  assert frame is not None and frame.filename == str(app / "my_layer.py"), frame
+  assert tracebacks.where(frame).endswith("my_layer.py:2 in call")

@@ -144,7 +144,7 @@ def test_committed_runs_resume_under_the_moved_modules():
   prints): `lra run` would resume it, not refuse it as another run. The regrouping moved code,
   not what a run is."""
   from lra.models.mixers import MIXERS
-  from lra.runs import run_identity
+  from lra.runs import run_identity, start
   from lra.runs.command import run_config
   from lra.runs.config_loading import reference_config
   from lra.runs.pack import resume_command
@@ -154,7 +154,10 @@ def test_committed_runs_resume_under_the_moved_modules():
     stored = json.loads((folder / "config.json").read_text())
     words = shlex.split(resume_command(stored, folder))[1:]
     config = run_config(words).to_dict()
-    reasons = run_identity.same_run(stored, config, reference_config(config).to_dict())
+    # A fine-tune's start as the command records it, against the one the folder's run recorded
+    # (from before the record: its final.json's, as read then).
+    recorded, _ = start.read_run(folder, base=ROOT)
+    reasons = run_identity.same_run(recorded, config, reference_config(config).to_dict())
     assert not reasons, f"{folder.relative_to(ROOT)}: {reasons}"
     # A key of the mixer's block that the stored config lacks ran as the class's default then
     # (the block is bound to the class), unless the key is listed with the value the code had
@@ -164,8 +167,9 @@ def test_committed_runs_resume_under_the_moved_modules():
     if mixer in MIXERS:
       defaults = {f.name: f.default for f in dataclasses.fields(MIXERS[mixer])
                   if f.default is not dataclasses.MISSING}
-      defaults.update({key.split(".")[2]: value for key, value in run_identity.ADDED_KEYS.items()
-                       if key.startswith(f"mixers.{mixer}.")})
+      trained = run_identity.as_trained(stored)["mixers"][mixer]
+      defaults.update({key.split(".")[2]: trained[key.split(".")[2]]
+                       for key in run_identity.ADDED_KEYS if key.startswith(f"mixers.{mixer}.")})
       for key in config["mixers"][mixer].keys() - stored["mixers"][mixer].keys():
         assert config["mixers"][mixer][key] == defaults[key], (
             f"{folder.relative_to(ROOT)}: mixers.{mixer}.{key} resumes as "

@@ -307,16 +307,15 @@ def test_committed_runs_match_todays_configs():
   command in a fresh clone skips or resumes it instead of failing on a stale config."""
   import ml_collections
 
-  from lra.runs import run_identity
+  from lra.runs import start
   from lra.runs.config_loading import default_run_dir, preset_reference
   stale = []
   for config_path in sorted((ROOT / "results" / "runs").glob("*/*/*/config.json")):
-    config = json.loads(config_path.read_text())
-    # A fine-tune is also named for how its pretraining (a committed folder too) departs.
-    start = ROOT / ((config.get("spt") or {}).get("init_from") or "-") / "config.json"
-    pretraining = run_identity.read_config(start) if start.is_file() else None
-    name = default_run_dir(ml_collections.ConfigDict(config), ROOT, preset_reference(config),
-                           pretraining=pretraining).name
+    # A fine-tune committed before the start record reads as the code read it then: named also
+    # for how its pretraining (a committed folder too) departs.
+    config, _ = start.read_run(config_path.parent, base=ROOT)
+    name = default_run_dir(ml_collections.ConfigDict(config), ROOT,
+                           preset_reference(config)).name
     if name != config_path.parent.name:
       stale.append(f"{config_path.parent.relative_to(ROOT)}: today it is {name}")
   assert not stale, "rerun these runs with today's code:\n" + "\n".join(stale)
@@ -641,6 +640,67 @@ def test_an_old_s5_config_is_the_bare_ssm_it_trained():
   assert not run_identity.same_run(old, resumed, today)
 
 
+@pytest.mark.parametrize("dtype, departs", [("bfloat16", True), ("float32", False)])
+def test_performers_output_cast_is_a_departure_of_the_bf16_runs_made_before_it(dtype, departs):
+  """Performer under bfloat16 fed its float32 kernel output to the output projection until the
+  cast back came: a bf16 config from before it (no output_dtype) departs from today's preset and
+  resumes uncast; a float32 one computed the same either way and keeps its name."""
+  import jax
+  import jax.numpy as jnp
+
+  from lra.models.mixers.performer import PerformerMixer
+  from lra.runs import run_identity
+  from lra.runs.command import run_config
+  from lra.runs.config_loading import resolve_config
+  from lra.runs.pack import resume_command
+  today = resolve_config("listops", "performer", "smoke", [f"model.dtype={dtype}"]).to_dict()
+  old = json.loads(json.dumps(today))
+  del old["mixers"]["performer"]["output_dtype"]
+  expected = ["mixers.performer.output_dtype=float32"] if departs else []
+  assert run_identity.departures(old, today) == expected
+  resumed = run_config(shlex.split(resume_command(old, Path("r")))[1:]).to_dict()
+  assert resumed["mixers"]["performer"]["output_dtype"] == ("float32" if departs else "input")
+  assert not run_identity.same_run(old, resumed, today)
+  x, mask = jnp.ones((1, 8, 16), jnp.bfloat16), jnp.ones((1, 8), bool)
+  for output, kind in (("input", jnp.bfloat16), ("float32", jnp.float32)):
+    layer = PerformerMixer(dim=16, num_heads=2, max_len=8, num_features=8, output_dtype=output)
+    params = layer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
+    params = jax.tree.map(lambda a: a.astype(jnp.bfloat16), params)  # as the encoder runs it
+    assert layer.apply(params, x, mask, deterministic=True)[0].dtype == kind
+
+
+def test_a_run_holds_only_the_settings_its_phase_reads(capsys):
+  """A run from scratch reads no spt.* setting, a pretraining no classifier head: neither is part
+  of its identity (S5's squares_published seed 1 stores an spt block and seed 0 none: a change of
+  the preset's spt.pixel_levels must neither split them nor move seed 1), and a --config override
+  of one is refused in one line naming the phase that reads it."""
+  from lra.runs import run_identity
+  from lra.runs.config_loading import resolve_config
+  today = resolve_config("pathfinder", "s5", "squares_published").to_dict()
+  seed1 = json.loads(json.dumps(today))
+  seed1["spt"]["pixel_levels"] = 7  # as if the preset had changed since it ran
+  seed0 = {k: v for k, v in today.items() if k != "spt"}
+  assert run_identity.departures(seed1, today) == []
+  assert run_identity.run_name(seed1, today) == run_identity.run_name(seed0, today)
+  assert (run_identity.config_fingerprint(seed1, today)
+          == run_identity.config_fingerprint(seed0, today))
+  pre = resolve_config("listops", "latte", "smoke", ["objective=denoise"]).to_dict()
+  headed = json.loads(json.dumps(pre))
+  headed["model"]["head"] = "mlp"
+  assert run_identity.departures(headed, pre) == []
+  common = ["listops", "latte", "--preset", "smoke", "--dry-run"]
+  for words, says in (
+      (["run", *common, "--config.spt.mask_ratio=0.3", "--config.spt.loss=l1"],
+       "a run from scratch does not read spt.mask_ratio; a self-pretraining run (lra pretrain) "
+       "and a fine-tune (--init-from) do"),
+      (["pretrain", *common, "--config.model.head=mlp"],
+       "a self-pretraining run (lra pretrain) does not read model.head"),
+      (["run", *common, "--config.spt.start.step=3"], "the start a fine-tune records")):
+    assert main(words) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and says in err and "Traceback" not in err, err
+
+
 def test_spt_rows_stand_in_their_own_column_and_pretraining_runs_in_no_table(tmp_path):
   """A fine-tune from self-pretraining (run name `squares+spt`) is a column of its own beside the
   from-scratch squares column, never averaged with it, with its own rank correlation and a
@@ -772,6 +832,22 @@ def test_sweep_spt_plans_each_pretraining_before_its_fine_tune_and_chains_the_ar
     assert f"--config.train.seed={seed} " in b
 
 
+def test_sweep_spt_gives_each_phase_the_settings_it_reads(tmp_path):
+  """--spt: the pretraining's budget goes to the pretraining alone (its fine-tune is named for that
+  start), the classifier's head to the fine-tune alone; without --spt an spt.* setting on a run
+  from scratch is refused in one line."""
+  res = tmp_path / "results"
+  pre, tune = sweep.plan(["listops"], ["latte"], [0], preset="smoke", results_dir=res, spt=True,
+                         overrides=["spt.pretrain_steps=5", "model.head=mlp"])
+  assert "--config.spt.pretrain_steps=5" in pre.argv and "--config.model.head=mlp" not in pre.argv
+  assert "--config.model.head=mlp" in tune.argv and "--config.spt.pretrain_steps=5" not in tune.argv
+  assert pre.run_dir.name == "smoke+pretrain,train.num_steps=5_seed0"
+  assert tune.run_dir.name == "smoke+spt,model.head=mlp,pretrain.train.num_steps=5_seed0"
+  with pytest.raises(ValueError, match="a run from scratch does not read spt.pretrain_steps"):
+    sweep.plan(["listops"], ["latte"], [0], preset="smoke", results_dir=res,
+               overrides=["spt.pretrain_steps=5"])
+
+
 def test_a_sweep_starts_no_fine_tune_from_an_unfinished_pretraining(tmp_path, capsys):
   """Each fine-tune follows its own pretraining (its folder), not any of the same (task, mixer,
   seed): with a grid, two pretrainings share those. A diverged one stops its fine-tune only."""
@@ -822,6 +898,25 @@ def test_sweep_grid_crosses_settings_each_named_by_its_values(tmp_path):
                grid=["train.learning_rate=1e-3"], overrides=["train.learning_rate=0.1"])
   with pytest.raises(ValueError, match="expected KEY=VALUE1,VALUE2"):
     sweep.grid_settings(["train.learning_rate"])
+
+
+def test_sweep_refuses_a_grid_on_the_seed_and_values_that_make_one_run_twice(tmp_path, capsys):
+  """`--seeds 0 1 --grid train.seed=3,4` planned four runs that were two (each command giving
+  --config.train.seed twice), and `--grid train.learning_rate=1e-3,0.001` two jobs in one folder,
+  which two array tasks would race for: each is one line, exit 2."""
+  res = tmp_path / "results"
+  common = ["sweep", "--tasks", "listops", "--mixers", "latte", "--preset", "smoke",
+            "--results-dir", str(res)]
+  assert main([*common, "--seeds", "0", "1", "--grid", "train.seed=3,4"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and "seeds come from --seeds" in err, err
+  assert main([*common, "--grid", "train.learning_rate=1e-3,0.001"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and ("--grid values train.learning_rate=1e-3 and "
+                                   "train.learning_rate=0.001 make the same run") in err, err
+  assert main([*common, "--seeds", "0", "0"]) == 2
+  assert "--seeds names seed 0 twice" in capsys.readouterr().err
+  assert main([*common, "--grid", "train.learning_rate=1e-3,2e-3"]) == 0  # two runs: fine
 
 
 def test_one_rounding_rule_for_every_report():

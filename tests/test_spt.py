@@ -7,6 +7,7 @@ program on the same device (bit-exact); the two-device check allows float32 redu
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -166,8 +167,11 @@ def test_a_pixel_pretraining_reports_its_lit_pixels(tmp_path):
   assert record["val/lit_accuracy"] == pytest.approx(evals[-1]["val/lit_accuracy"])
 
 
-def test_a_fine_tune_starts_from_the_pretrained_encoder_and_a_fresh_head(pretrained, data_dir):
+def test_a_fine_tune_starts_from_the_pretrained_encoder_and_a_fresh_head(pretrained, data_dir,
+                                                                        tmp_path):
+  from lra.runs import start  # pylint: disable=import-outside-toplevel
   config = resolve_config("listops", "latte", "smoke", [f"spt.init_from={pretrained}"])
+  start.resolve(config, tmp_path)  # as `lra run` does: the start it loads, in its config
   data = load_data(config, data_dir)
   s = train.setup(config, data.spec)
   fresh = train.init_state(s, data.spec, config.train.seed)
@@ -182,7 +186,8 @@ def test_a_fine_tune_starts_from_the_pretrained_encoder_and_a_fresh_head(pretrai
   for head in set(fresh.params) - {"encoder"}:  # the classifier's own: as a fresh init made it
     assert all(jax.tree.leaves(jax.tree.map(np.array_equal, loaded.params[head],
                                             fresh.params[head])))
-  assert record["step"] == step and record["status"] == "complete"
+  assert record["step"] == step == config.spt.start.step and record["status"] == "complete"
+  assert record["config_id"] == config.spt.start.config_id and config.spt.start.complete
   assert len(record["params_sha256"]) == 64
 
 
@@ -308,27 +313,44 @@ def pretrain_and_fine_tune(task: str, data_dir, root) -> dict:
                str(pre)]) == 0
   final = json.loads((tune / "final.json").read_text())
   assert final["status"] == "complete" and final["pretrained"]["step"] >= 1
+  # Its config.json records the start it loaded, which its name and key read.
+  recorded = json.loads((tune / "config.json").read_text())["spt"]["start"]
+  assert recorded["complete"] and recorded["step"] == final["pretrained"]["step"]
+  assert recorded["config_id"] == final["pretrained"]["config_id"]
   return final
 
 
-def test_a_fine_tune_resumes_only_from_the_pretraining_it_loaded(pretrained, tmp_path):
-  from lra.runs import run_identity  # pylint: disable=import-outside-toplevel
-  from lra.runs.config_loading import preset_reference  # pylint: disable=import-outside-toplevel
-  stored = run_identity.read_config(pretrained / "config.json")
-  ours = run_identity.config_fingerprint(stored, preset_reference(stored))
+def test_a_fine_tune_resumes_only_from_the_pretraining_it_loaded(pretrained, data_dir, tmp_path,
+                                                                capsys):
+  """A folder holding a fine-tune from another pretraining (its recorded start; for a config from
+  before the record, final.json's) is another run: `lra run --run-dir` into it is refused in one
+  line, before anything trains."""
+  from lra.runs import run_identity, start  # pylint: disable=import-outside-toplevel
+  from lra.runs.config_loading import reference_config  # pylint: disable=import-outside-toplevel
+  config = resolve_config("listops", "latte", "smoke", [f"spt.init_from={pretrained}"])
+  start.resolve(config, tmp_path)
+  ours, reference = config.to_dict(), reference_config(config.to_dict()).to_dict()
+  other = json.loads(json.dumps(ours))
+  other["spt"]["start"]["config_id"] = "0" * 8
+  assert run_identity.same_run(other, ours, reference) == [
+      f"it started from pretraining 00000000, this command from pretraining "
+      f"{ours['spt']['start']['config_id']}"]
+  # Written before the record: the key its final.json recorded, the folder named there gone.
+  legacy = json.loads(json.dumps(ours))
+  del legacy["spt"]["start"]
   tune = tmp_path / "tune"
   tune.mkdir()
-  config = resolve_config("listops", "latte", "smoke", [f"spt.init_from={pretrained}"])
-  (tune / "config.json").write_text(json.dumps(config.to_dict()))
-  for loaded, refused in ((ours, False), ("0" * 8, True)):
+  (tune / "config.json").write_text(json.dumps(legacy))
+  for loaded, refused in ((ours["spt"]["start"]["config_id"], False), ("0" * 8, True)):
     (tune / "final.json").write_text(json.dumps({"pretrained": {"config_id": loaded,
                                                                 "run_dir": "elsewhere"}}))
-    if refused:
-      with pytest.raises(errors.Conflict, match="resume it with --init-from elsewhere"):
-        init_from.check_resumed(tune, pretrained)
-    else:
-      init_from.check_resumed(tune, pretrained)
-  init_from.check_resumed(tune, tmp_path / "gone")  # a pretraining not here any more: no conflict
+    stored, _ = start.read_run(tune)
+    assert bool(run_identity.same_run(stored, ours, reference)) == refused
+  assert main(["run", "listops", "latte", "--preset", "smoke", "--data-dir", str(data_dir),
+               "--run-dir", str(tune), "--init-from", str(pretrained), "--quiet"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and "it started from pretraining 00000000" in err, err
+  assert not (tune / "metrics.jsonl").exists()
 
 
 def test_predictions_of_a_pretraining_run_are_refused_in_one_line(pretrained, tmp_path, capsys):
@@ -336,6 +358,24 @@ def test_predictions_of_a_pretraining_run_are_refused_in_one_line(pretrained, tm
   err = capsys.readouterr().err.strip()
   assert err.count("\n") == 0 and "self-pretraining run" in err, err
   assert not (tmp_path / "p.npy").exists()
+
+
+def test_eval_of_a_pretraining_reads_val_and_its_hint_names_lra_pretrain(pretrained, data_dir,
+                                                                          tmp_path, capsys):
+  """Denoising never reads test (its best checkpoint is chosen on val): `lra eval` of a
+  pretraining scores val unless test is asked for, and a folder without checkpoints is told to
+  rerun the command that made it, `lra pretrain`."""
+  assert main(["eval", str(pretrained), "--data-dir", str(data_dir)]) == 0
+  assert " on val: accuracy " in capsys.readouterr().out
+  assert main(["eval", str(pretrained), "--data-dir", str(data_dir), "--split", "test"]) == 0
+  assert " on test: accuracy " in capsys.readouterr().out  # asked for: its choice
+  bare = tmp_path / "bare"
+  bare.mkdir()
+  for name in ("config.json", "final.json"):
+    shutil.copy(pretrained / name, bare / name)
+  assert main(["eval", str(bare), "--data-dir", str(data_dir)]) == 2
+  err = capsys.readouterr().err
+  assert "rerun `lra pretrain listops latte --preset smoke --run-dir" in err, err
 
 
 def test_a_pretraining_run_gets_no_synthetic_verdict():
@@ -348,26 +388,113 @@ def test_a_pretraining_run_gets_no_synthetic_verdict():
 def test_a_fine_tune_is_named_for_how_its_pretraining_departs(pretrained, tmp_path):
   """A fine-tune from a pretraining that departs from its preset (here: 8 steps, evaluated every
   4) gets another folder than one from the preset's own pretraining: the two never resume into
-  each other. The name is the same whether read from the pretraining's folder or, before that
-  exists, from its config (lra sweep --spt, the dry run)."""
-  from lra.runs import run_identity  # pylint: disable=import-outside-toplevel
-  from lra.runs.config_loading import default_run_dir  # pylint: disable=import-outside-toplevel
+  each other. The name is the same whether the start is read from the pretraining's folder or,
+  before that exists, from its config (lra sweep --spt, the dry run)."""
+  from lra.runs import run_identity, start  # pylint: disable=import-outside-toplevel
+  from lra.runs.config_loading import default_run_dir, reference_config  # pylint: disable=C0415
   tune = resolve_config("listops", "latte", "smoke", [f"spt.init_from={pretrained}"])
+  start.resolve(tune, tmp_path)
   named = default_run_dir(tune, tmp_path).name
+  reference = reference_config(tune.to_dict()).to_dict()
+  items = run_identity.start_items(tune.to_dict(), reference)
+  assert "pretrain.train.num_steps=8" in items and "pretrain.eval.every_steps=4" in items
   plain = resolve_config("listops", "latte", "smoke", [f"spt.init_from={tmp_path / 'absent'}"])
+  assert start.resolve(plain, tmp_path) is None and not plain.spt.start.config_id
   assert default_run_dir(plain, tmp_path).name == "smoke+spt_seed0" != named
   assert named.startswith("smoke+spt,") and named.endswith("_seed0")
+  planned = resolve_config("listops", "latte", "smoke", [f"spt.init_from={pretrained}"])
   config = resolve_config("listops", "latte", "smoke", ["objective=denoise", *SHORT])
-  assert default_run_dir(tune, tmp_path, pretraining=config.to_dict()).name == named
-  reference = resolve_config("listops", "latte", "smoke", ["objective=denoise"]).to_dict()
-  start = run_identity.start_departures(tune.to_dict(), plain.to_dict(), config.to_dict(),
-                                        reference)
-  assert "pretrain.train.num_steps=8" in start and "pretrain.eval.every_steps=4" in start
+  start.write(planned, start.of_pretraining(config.to_dict()))
+  assert default_run_dir(planned, tmp_path).name == named
   # What the fine-tune sets itself is its own departure, not its start's.
   both = resolve_config("listops", "latte", "smoke", [f"spt.init_from={pretrained}",
                                                       "eval.every_steps=4"])
-  assert "pretrain.eval.every_steps=4" not in run_identity.start_departures(
-      both.to_dict(), plain.to_dict(), config.to_dict(), reference)
+  start.resolve(both, tmp_path)
+  assert "pretrain.eval.every_steps=4" not in run_identity.start_items(both.to_dict(), reference)
+
+
+def test_a_fine_tunes_folder_is_what_it_trained_not_what_is_on_disk(pretrained, tmp_path):
+  """Its config records its start, so a fine-tune keeps its folder and key once its pretraining's
+  folder is gone; and the same command then finds it (its own folder's record), rather than the
+  folder of a fine-tune from the preset's own pretraining."""
+  import ml_collections  # pylint: disable=import-outside-toplevel
+
+  from lra.runs import start  # pylint: disable=import-outside-toplevel
+  from lra.runs.config_loading import default_run_dir, run_key  # pylint: disable=C0415
+  moved = tmp_path / "pretrain"
+  shutil.copytree(pretrained, moved)
+  results = tmp_path / "results"
+  tune = resolve_config("listops", "latte", "smoke", [f"spt.init_from={moved}"])
+  start.resolve(tune, results)
+  folder = default_run_dir(tune, results)
+  key = run_key(tune.to_dict())
+  folder.mkdir(parents=True)
+  (folder / "config.json").write_text(json.dumps(tune.to_dict()))  # as `lra run` writes it
+  (folder / "final.json").write_text(json.dumps({"status": "complete"}))
+  shutil.rmtree(moved)
+  stored, final = start.read_run(folder)
+  assert default_run_dir(ml_collections.ConfigDict(stored), results) == folder
+  assert run_key(stored) == key
+  again = resolve_config("listops", "latte", "smoke", [f"spt.init_from={moved}"])
+  assert start.resolve(again, results) == folder and run_key(again.to_dict()) == key
+
+
+def test_a_typed_fine_tune_finds_its_folder_once_its_pretraining_is_gone(pretrained, tmp_path,
+                                                                        capsys):
+  """`lra run ... --init-from PRE` after PRE's folder was deleted: the fine-tune made from it
+  (here one written before the start record: its final.json names PRE's key) is that command's
+  folder, not the folder of a fine-tune from the preset's own pretraining."""
+  moved, results = tmp_path / "pretrain", tmp_path / "results"
+  shutil.copytree(pretrained, moved)
+  config = resolve_config("listops", "latte", "smoke", [f"spt.init_from={moved}"]).to_dict()
+  config["spt"].pop("start", None)  # as every fine-tune committed before the record
+  pre = json.loads((moved / "config.json").read_text())
+  from lra.runs.config_loading import preset_reference  # pylint: disable=C0415
+  from lra.runs.run_identity import config_fingerprint  # pylint: disable=C0415
+  folder = results / "runs" / "listops" / "latte" / "smoke+spt,pretrain.train.num_steps=8_seed0"
+  folder.mkdir(parents=True)
+  (folder / "config.json").write_text(json.dumps(config))
+  (folder / "final.json").write_text(json.dumps({"status": "complete", "step": 20, "pretrained": {
+      "config_id": config_fingerprint(pre, preset_reference(pre)), "run_dir": str(moved),
+      "step": 8, "status": "complete"}}))
+  shutil.rmtree(moved)
+  assert main(["run", "listops", "latte", "--preset", "smoke", "--init-from", str(moved),
+               "--results-dir", str(results), "--dry-run"]) == 0
+  out = capsys.readouterr().out
+  assert f"run folder: {folder} (exists, complete at step 20" in out, out[:600]
+
+
+def test_a_partial_start_is_its_own_experiment(pretrained, tmp_path, capsys):
+  """A fine-tune from an unfinished pretraining says so in its name and key (the step it loaded),
+  never averaged with fine-tunes from the finished one; once the pretraining finishes, the same
+  command makes the complete-start fine-tune."""
+  copy = tmp_path / "pretrain"
+  shutil.copytree(pretrained, copy)
+  final = json.loads((copy / "final.json").read_text())
+  (copy / "final.json").write_text(json.dumps({**final, "status": "interrupted"}))
+  command = ["run", "listops", "latte", "--preset", "smoke", "--init-from", str(copy),
+             "--allow-partial", "--results-dir", str(tmp_path / "results"), "--dry-run"]
+
+  def folder() -> str:
+    assert main(command) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("run folder: "))
+    return Path(line.removeprefix("run folder: ").split(" (")[0]).name
+  best = max(int(p.name) for p in (copy / "checkpoints" / "best").iterdir())
+  partial = folder()
+  assert partial.endswith(f",pretrain.partial={best}_seed0"), partial
+  (copy / "final.json").write_text(json.dumps(final))  # the pretraining finished since
+  complete = folder()
+  assert "partial" not in complete and complete != partial
+  from lra.runs import start  # pylint: disable=import-outside-toplevel
+  from lra.runs.config_loading import run_key  # pylint: disable=import-outside-toplevel
+  keys = []
+  for status in ("interrupted", "complete"):
+    (copy / "final.json").write_text(json.dumps({**final, "status": status}))
+    config = resolve_config("listops", "latte", "smoke", [f"spt.init_from={copy}"])
+    start.resolve(config, tmp_path)
+    keys.append(run_key(config.to_dict()))
+  assert keys[0] != keys[1]  # two rows of the tables, never one mean
 
 
 def test_the_fine_tune_command_a_pretraining_prints_takes_the_presets_budget(pretrained):

@@ -87,9 +87,10 @@ class TableRun:
     verb = "pretrain" if self.phase == "pretrain" else "run"
     start = (["--init-from", str(self.pretraining.folder.relative_to(ROOT))]
              if self.pretraining else [])
-    # The fine-tune carries the pretraining's budget too, so its config.json says how its start
-    # was made (the key is not part of a run's identity: its name says it, from the start).
-    longer = [f"--config.spt.pretrain_steps={self.pretrain_steps}"] if self.pretrain_steps else []
+    # The pretraining's budget is the pretraining's setting alone (a fine-tune refuses it): the
+    # fine-tune's config.json records its start, and its name says it.
+    longer = ([f"--config.spt.pretrain_steps={self.pretrain_steps}"]
+              if self.pretrain_steps and self.phase == "pretrain" else [])
     return ["lra", verb, self.task, self.mixer, "--preset", self.preset, "--seed",
             str(self.seed), "--run-dir", str(self.folder.relative_to(ROOT)), *start, *longer,
             "--quiet"]

@@ -4,20 +4,27 @@ file and line of a user's mixer instead of a frame deep inside JAX."""
 from __future__ import annotations
 
 import os
-import sys
+import site
 import sysconfig
 import traceback
 from pathlib import Path
 
 _SUITE = str(Path(__file__).resolve().parents[1])  # lra/ (tasks, models, configs install inside)
 _REPOSITORY = str(Path(__file__).resolve().parents[2])  # a checkout: its tasks/, models/, ...
-_INSTALLED = tuple({p for p in (sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib",
-                                                                      "purelib", "platlib")) if p})
+
+
+def _installed() -> tuple[str, ...]:
+  """Python's own library and the folders packages install into, each ending in a separator.
+  Not everything under sys.prefix: with a system Python that is /usr (or /usr/local), where a
+  container keeps a user's code (/usr/src/app)."""
+  folders = [sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+  folders += [*site.getsitepackages(), site.getusersitepackages()]
+  return tuple({os.path.join(os.path.realpath(p), "") for p in folders if p})
 
 
 def _ours(filename: str) -> bool:
   path = os.path.realpath(filename)
-  if path.startswith(_INSTALLED) or path.startswith(sys.prefix) or filename.startswith("<"):
+  if path.startswith(_installed()) or filename.startswith("<"):
     return True
   if path.startswith(_SUITE):
     return True

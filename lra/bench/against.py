@@ -31,6 +31,8 @@ from lra.runs import writers
 
 # Outputs and gradients may differ by float rounding only: this much of the largest magnitude.
 TOLERANCE = 1e-4
+CHECKED = ("the reference's own layer against ours on the same weights (ours mapped onto its "
+           "names): outputs, input gradients and parameter gradients")
 # Our layers against the authors' at the papers' shapes: at least this much faster, and no more
 # memory (issue 70).
 GOAL_SPEEDUP = 1.3
@@ -136,6 +138,10 @@ def check(pair: refs.Pair, x: jax.Array, mask: jax.Array, c: jax.Array) -> dict[
   found["same_function"] = layout and all(
       found[f"{w}_max_abs_diff"] <= TOLERANCE * max(found[f"{w}_max_abs"], 1e-30)
       for w in ("output", "input_grad", "param_grad"))
+  # What was compared, kept with the verdict: the tests without a clone check the maps against
+  # formulas only, so a record is the one trace of a check against the third-party layer.
+  found.update(compared=CHECKED, tolerance=TOLERANCE, matmul_precision="highest",
+               inputs=list(x.shape))
   return found
 
 
@@ -193,6 +199,9 @@ def run_case(case: Case, clones: Sequence[Path], batch: int | None = None, *, ro
     record["status"] = f"not run: no clone of {url} among --against"
     return record
   record.update(reference=pair.reference, masked=pair.masked)
+  clone = refs.find_clone(case.kind, clones) if case.kind in refs.CLONES else None
+  if clone is not None:  # which version of the third-party code the check ran
+    record["clone"] = {"path": str(clone), "commit": writers.git_sha(clone)}
   x, mask, c = inputs(batch, dims["seq_len"], dims["dim"], pair.masked)
   record["check"] = check(pair, x, mask, c)
   if not record["check"]["same_function"]:

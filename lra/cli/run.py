@@ -27,20 +27,24 @@ def start(task: str, mixer: str, preset: str, options: argparse.Namespace,
   """One run (`lra run`'s or the demo's): `options` holds the run options (lra.runs.command)."""
   overrides = command.seeded(options.seed, overrides)
   results_dir = options.results_dir or local_results()
-  from lra.runs.config_loading import resolve_config
-  config = resolve_config(task, mixer, preset, overrides)  # once: everything below reads it
+  from lra.runs import start as fine_tune_start
+  from lra.runs.config_loading import reference_config, resolve_config
+  # Once: everything below reads this config (a fine-tune's start recorded in it) and preset.
+  config = resolve_config(task, mixer, preset, overrides)
+  reference = reference_config(config.to_dict()).to_dict()
+  run_dir = fine_tune_start.resolve(config, results_dir, options.run_dir) or options.run_dir
   _warn_unused_overrides(config.model.mixer, overrides)
   if options.dry_run:
     from lra.report import dry_run
-    print(dry_run.describe(task, mixer, preset, overrides, results_dir=results_dir,
-                           run_dir=options.run_dir, data_dir=options.data_dir))
+    print(dry_run.describe(config, overrides, reference, results_dir=results_dir,
+                           run_dir=run_dir, data_dir=options.data_dir))
     return 0
   from lra import run  # deferred: `lra --help` should not wait for JAX
   from lra.machine import distributed
   distributed.initialize(options.distributed)  # before anything touches a device
-  result = run.run_config(config, data_dir=options.data_dir, run_dir=options.run_dir,
+  result = run.run_config(config, data_dir=options.data_dir, run_dir=run_dir,
                           results_dir=results_dir, progress=not options.quiet,
-                          stop_after_s=stop_after_s)
+                          stop_after_s=stop_after_s, reference=reference)
   print_result(result)
   on_result(result)
   return exit_code(result)

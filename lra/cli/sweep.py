@@ -26,6 +26,7 @@ from lra.cli.common import local_results, add_command
 from lra.cli.slurm import (DEFAULT_TIME, STOP_BEFORE_LIMIT_S, current_env_activate, slurm_script,
                            spt_submit_script)
 from lra.report.run_summary import STOPPED
+from lra.runs import run_identity, start
 from lra.runs.command import MIXER_HELP
 from lra.runs.config_loading import (data_cache_dir, default_data_dir, default_run_dir,
                                      missing_data, resolve_config, unused_overrides)
@@ -104,24 +105,44 @@ def plan(tasks: Sequence[str], mixers: Sequence[str], seeds: Sequence[int], *, p
     raise errors.BadValue("lra sweep sets train.seed from --seeds; drop --config.train.seed=... "
                           "and pass --seeds 0 1 2 instead.")
   combinations = grid_settings(grid)
+  if any(c.partition("=")[0] == "train.seed" for combination in combinations for c in combination):
+    raise errors.BadValue("--grid train.seed=...: seeds come from --seeds (e.g. --seeds 3 4), "
+                          "each run in its own _seedN folder; drop the grid on train.seed")
   keys = {o.partition("=")[0].strip() for o in overrides}
   both = sorted(keys & {c.partition("=")[0] for combination in combinations for c in combination})
   if both:
     raise errors.BadValue(f"{', '.join(both)}: set by both --grid and --config; keep one")
-  jobs = []
+  jobs, made = [], {}  # made: run folder -> the grid's values and seed that made it
   for task, mixer, combination, seed in itertools.product(tasks, mixers, combinations, seeds):
     settings = [f"train.seed={seed}", *overrides, *combination]
     phase, extra = ("pretrain", ["objective=denoise"]) if spt else ("", [])
-    config = resolve_config(task, mixer, preset, [*settings, *extra])
+    # --spt: each phase gets what it reads; from scratch, an spt.* setting is refused.
+    mine = run_identity.for_phase(phase, settings) if spt else settings
+    config = resolve_config(task, mixer, preset, [*mine, *extra])
     run_dir = default_run_dir(config, results_dir)
-    jobs.append(_job(task, mixer, seed, preset, config, run_dir, settings, results_dir, data_dir,
+    if run_dir in made:
+      raise errors.BadValue(_twice(made[run_dir], (combination, seed), run_dir))
+    made[run_dir] = (combination, seed)
+    jobs.append(_job(task, mixer, seed, preset, config, run_dir, mine, results_dir, data_dir,
                      phase))
-    if spt:  # its fine-tune starts from the pretraining's folder
-      tune = resolve_config(task, mixer, preset, [*settings, f"spt.init_from={run_dir}"])
-      tune_dir = default_run_dir(tune, results_dir, pretraining=config.to_dict())
-      jobs.append(_job(task, mixer, seed, preset, tune, tune_dir,
-                       settings, results_dir, data_dir, "spt", init_from=run_dir))
+    if spt:  # its fine-tune starts from the pretraining's folder, complete by then
+      theirs = run_identity.for_phase("spt", settings)
+      tune = resolve_config(task, mixer, preset, [*theirs, f"spt.init_from={run_dir}"])
+      start.write(tune, start.of_pretraining(config.to_dict()))
+      jobs.append(_job(task, mixer, seed, preset, tune, default_run_dir(tune, results_dir),
+                       theirs, results_dir, data_dir, "spt", init_from=run_dir))
   return jobs
+
+
+def _twice(first: tuple[list[str], int], second: tuple[list[str], int], run_dir: Path) -> str:
+  """Why two planned jobs are one run: grid values that parse to the same setting (1e-3 and
+  0.001, or a preset's own value and one it rounds to), or a seed named twice."""
+  ours, theirs = ([i for i in a if i not in b] for a, b in ((first[0], second[0]),
+                                                           (second[0], first[0])))
+  if not ours:
+    return f"--seeds names seed {second[1]} twice; name each seed once"
+  return (f"--grid values {', '.join(ours)} and {', '.join(theirs)} make the same run "
+          f"({run_dir}): two array tasks would race for its folder; keep one of them")
 
 
 def _job(task: str, mixer: str, seed: int, preset: str, config, run_dir: Path,

@@ -23,8 +23,9 @@ import ml_collections
 from lra import errors
 from lra.models.build import tokens_seen
 from lra.report.table_rules import COMMITTED, YOURS
-from lra.runs.config_loading import preset_reference, start_id
-from lra.runs.run_identity import as_trained, config_fingerprint, flatten
+from lra.runs import start
+from lra.runs.config_loading import run_key
+from lra.runs.run_identity import as_trained, flatten
 
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
 LOCAL = "local"  # results/local/: your runs and tables (git-ignored), beside the committed ones
@@ -36,6 +37,11 @@ FINAL_KEYS = ("status", "task", "mixer", "preset", "seed", "step", "num_steps", 
               "cpu_cores", "git_sha", "objective", "tokens")
 # The three statistics a run reports, by the final.json key that holds each.
 ACCURACIES = ("test_accuracy", "best_test_accuracy", "test_accuracy_last")
+# `lra table` writes every run's key (config_id) and speed here, so a dry run's cost lookup reads
+# the committed runs' keys instead of resolving each one's preset (`lra table --check` keeps it).
+RUN_INDEX = Path("tables") / "runs.csv"
+INDEX_COLUMNS = ("run_dir", "task", "mixer", "preset", "seed", "status", "config_id", "num_steps",
+                 "steps_per_s", "wall_time_s", "device", "cpu_cores")
 
 
 def find_results_dir(start: Path | str | None = None) -> Path:
@@ -133,7 +139,8 @@ def count_runs(results_dir: Path | str, status: str = "complete") -> int:
   return sum(final is not None and final.get("status") == status for final in finals)
 
 
-def load_runs(results_dir: Path | str = "results", *, status: str | None = None) -> pd.DataFrame:
+def load_runs(results_dir: Path | str = "results", *, status: str | None = None,
+              task: str = "*", mixer: str = "*") -> pd.DataFrame:
   """One row per run directory with a final.json, sorted by task, mixer and run name.
 
   A run whose final.json or config.json cannot be read is skipped with a RunFileWarning.
@@ -142,39 +149,38 @@ def load_runs(results_dir: Path | str = "results", *, status: str | None = None)
     results_dir: the folder holding runs/.
     status: keep only runs with this status ("complete", "diverged", "interrupted", "running");
       None keeps all.
+    task, mixer: only the runs of this task and mixer folder (default: all).
 
   Returns:
     A DataFrame with FINAL_KEYS plus `run` (the folder name), `variant` (the run name without its
     `_seedN` suffix: runs of one variant and config are seeds of one experiment), `run_dir`
-    (relative to results_dir's parent, with forward slashes), `config_id` (the fingerprint
-    of the run's preset and its departures from today's preset: see lra.runs.run_identity) and
+    (relative to results_dir's parent, with forward slashes), `config_id` (the run's key:
+    lra.runs.config_loading.run_key, its preset, departures and a fine-tune's start) and
     `config` (the run's config.json, flattened to `a.b` keys) and `state`: the status, with an
     unfinished run "in progress" (a live process holds it) or "stopped" (resumable by its
     command: run_summary.resume_text).
   """
   results_dir = Path(results_dir)
   rows = []
-  for final_path in sorted(results_dir.glob("runs/*/*/*/final.json")):
+  for final_path in sorted(results_dir.glob(f"runs/{task}/{mixer}/*/final.json")):
     run_dir = final_path.parent
     final, problem = _json_problem(final_path)
     config_path = run_dir / "config.json"
     config = {}
     if problem is None and config_path.exists():
       config, problem = _json_problem(config_path)
-      config = as_trained(config) if problem is None else config
+      # As trained, and a fine-tune's start as recorded (or, from before the record, as read).
+      config = (start.as_recorded(as_trained(config), final, results_dir.parent)
+                if problem is None else config)
     if problem is not None:
       warnings.warn(problem, RunFileWarning, stacklevel=2)
       continue
-    reference = preset_reference(config) if config else None
     row = {key: final.get(key) for key in FINAL_KEYS}
     if row["tokens"] is None and row["seq_len"] is not None and config:  # from before "tokens"
       row["tokens"] = tokens_seen(ml_collections.ConfigDict(config), int(row["seq_len"]))
     row.update(run=run_dir.name, variant=_SEED_SUFFIX.sub("", run_dir.name),
                run_dir=run_dir.relative_to(results_dir.parent).as_posix(),
-               config_id=config_fingerprint(config, reference,
-                                         start=start_id(final.get("pretrained"),
-                                                        results_dir.parent)),
-               config=flatten(config),
+               config_id=run_key(config), config=flatten(config),
                state=_state(final, run_dir))
     rows.append(row)
   columns = [*FINAL_KEYS, "run", "variant", "run_dir", "config_id", "config", "state"]
@@ -182,6 +188,16 @@ def load_runs(results_dir: Path | str = "results", *, status: str | None = None)
   if status is not None:
     runs = runs[runs["status"] == status]
   return runs.sort_values(["task", "mixer", "run"], kind="stable").reset_index(drop=True)
+
+
+def read_index(results_dir: Path | str, task: str, mixer: str) -> pd.DataFrame | None:
+  """The runs of one task and mixer folder as `lra table` indexed them (RUN_INDEX: each run's
+  key and speed, no preset resolved), or None where the folder has no index."""
+  path = Path(results_dir) / RUN_INDEX
+  if not path.is_file():
+    return None
+  runs = pd.read_csv(path, comment="#", dtype={"config_id": str})
+  return runs[(runs["task"] == task) & (runs["mixer"] == mixer)]
 
 
 def _state(final: dict[str, Any], run_dir: Path) -> str:

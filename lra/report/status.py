@@ -1,8 +1,8 @@
 """`lra status`: the task x mixer grid of each preset, one cell per (task, mixer, preset): complete
-(its score), in progress (the share of its steps), stopped (diverged or failed) or not run (-), for your runs
-first, then the repository's committed ones (their own rows, under a heading), with the
-accelerator cost of each row the ledger of paper rows (results/ledger.json) lists as a note under
-its grid. About 100 columns wide: the LRA tasks' grid is the widest.
+(its score), unfinished (the share of its steps), stopped (diverged or failed) or not run (-),
+for your runs first, then the repository's committed ones (their own rows, under a heading),
+with the accelerator cost of each row the ledger of paper rows (results/ledger.json) lists as a
+note under its grid. About 100 columns wide: the LRA tasks' grid is the widest.
 
 Read from final.json only (every run writes one when it starts), so a status costs no JAX.
 """

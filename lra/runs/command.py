@@ -155,9 +155,13 @@ def parse_run(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def run_config(argv: Sequence[str]) -> ml_collections.ConfigDict:
   """The config `lra run TASK MIXER ...` (or `lra pretrain ...`) resolves for these words (after
-  `lra`), --seed and both --config forms included: for tools that must name the run a command
-  makes (the ledger, the layout test's resume check)."""
+  `lra`), --seed and both --config forms included, a fine-tune's start recorded as the command
+  records it: for tools that must name the run a command makes (the ledger, the layout test's
+  resume check)."""
+  from lra.runs import start
   from lra.runs.config_loading import resolve_config
   args, overrides = parse_run(argv)
-  return resolve_config(args.task, args.mixer, args.preset,
-                        spt_overrides(args, seeded(args.seed, overrides)))
+  config = resolve_config(args.task, args.mixer, args.preset,
+                          spt_overrides(args, seeded(args.seed, overrides)))
+  start.resolve(config, args.results_dir, args.run_dir)
+  return config

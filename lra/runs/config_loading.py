@@ -39,6 +39,11 @@ def resolve_config(task: str, mixer: str, preset: str = "paper",
   among the overrides picks the mixer (and its preset settings) the same way. The overrides of
   `objective` and `spt.*` come first: they choose a self-pretraining phase, whose budget
   (configs.common.spt_phase) the other overrides may then change.
+
+  Raises:
+    errors.BadValue: an override of a setting this run's phase does not read (`spt.*` on a run
+      from scratch, the classifier's head on a pretraining: run_identity.PHASE_READS), or of the
+      start a fine-tune records; besides apply_overrides' own.
   """
   for item in overrides:
     if _key(item) == "model.mixer":
@@ -49,6 +54,10 @@ def resolve_config(task: str, mixer: str, preset: str = "paper",
   use_mixer(config, mixer)
   first = [o for o in overrides if _key(o) == "objective" or _key(o).startswith("spt.")]
   apply_overrides(config, first)
+  for item in overrides:  # the phase is chosen: what it never reads is a slip, said at once
+    problem = run_identity.unread_override(run_identity.phase(config), item)
+    if problem:
+      raise errors.BadValue(problem)
   common.spt_phase(config)
   return apply_overrides(config, [o for o in overrides if o not in first])
 
@@ -111,54 +120,25 @@ def preset_reference(config: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def fingerprint(config: Mapping[str, Any]) -> str:
-  """A stored run config's fingerprint against today's preset (run_identity.config_fingerprint)."""
-  return run_identity.config_fingerprint(config, preset_reference(config))
-
-
-def start_id(pretrained: Mapping[str, Any] | None, base: Path | str = ".") -> str | None:
-  """The fingerprint of the pretraining a fine-tune loaded (final.json's `pretrained`), computed
-  by this code from that folder's config.json (relative to `base`) while the folder is there: a
-  fingerprint recorded by an older version of the suite may be computed differently, and seeds of
-  one experiment must not split by the version that ran them. Else the recorded one."""
-  if not pretrained:
-    return None
-  path = Path(base) / str(pretrained.get("run_dir", "")) / "config.json"
-  try:
-    config = run_identity.read_config(path)
-  except (OSError, ValueError):
-    return pretrained.get("config_id")
-  return fingerprint(config)
+def run_key(config: Mapping[str, Any], reference: Mapping[str, Any] | None = None) -> str:
+  """A run's key against today's preset (run_identity.config_fingerprint): the one function the
+  tables, `lra status`, the dry run's costs, a fine-tune's start and resume compute it with. A
+  fine-tune's start is read from its config's record (a stored config from before the record:
+  lra.runs.start.as_recorded first). `reference`: preset_reference(config), where the caller
+  has it already."""
+  return run_identity.config_fingerprint(
+      config, preset_reference(config) if reference is None else reference)
 
 
 def default_run_dir(config: ml_collections.ConfigDict, results_dir: Path,
-                    reference: Mapping[str, Any] | None = None,
-                    pretraining: Mapping[str, Any] | None = None) -> Path:
+                    reference: Mapping[str, Any] | None = None) -> Path:
   """results/runs/<task>/<mixer label>/<preset>[+<departures>]_seed<N> (run_identity.run_name);
   `reference`: today's preset config (reference_config) where the caller has it already. A
-  fine-tune's name also says how its pretraining departs from that preset's (`pretraining`: its
-  config, where the caller has it before the folder exists; else the folder's config.json)."""
+  fine-tune's name also says how the start its config records departs (lra.runs.start)."""
   if reference is None:
     reference = reference_config(config.to_dict()).to_dict()
-  name = run_identity.run_name(config.to_dict(), reference,
-                               _start(config.to_dict(), reference, pretraining))
+  name = run_identity.run_name(config.to_dict(), reference)
   return Path(results_dir) / "runs" / config.task / mixer_label(config) / name
-
-
-def _start(config: Mapping[str, Any], reference: Mapping[str, Any],
-           pretraining: Mapping[str, Any] | None) -> list[str]:
-  """A fine-tune's run_identity.start_departures; [] for any other run, or where the pretraining
-  cannot be read (no folder, a preset that no longer exists)."""
-  if run_identity.phase(config) != "spt":
-    return []
-  if pretraining is None:
-    stored = Path(config["spt"]["init_from"]) / "config.json"
-    if not stored.is_file():
-      return []
-    pretraining = run_identity.read_config(stored)
-  pretraining_reference = preset_reference(pretraining)
-  return ([] if pretraining_reference is None else run_identity.start_departures(
-      config, reference, pretraining, pretraining_reference))
 
 
 def default_data_dir() -> Path:

@@ -30,6 +30,7 @@ from typing import Any
 
 from lra import errors
 from lra.runs import best_params, run_lock
+from lra.runs.start import newest_step
 from lra.base import manifest as digests  # `manifest` names the archive's here
 
 PART_BYTES = 16 * 2**20
@@ -54,13 +55,12 @@ def run_place(run_dir: Path, config: dict[str, Any]) -> str:
       "task"]:
     return "/".join(run_dir.parts[-4:])
   from lra.runs.config_loading import default_run_dir  # pylint: disable=import-outside-toplevel
+  from lra.runs.start import as_recorded  # pylint: disable=import-outside-toplevel
   import ml_collections  # pylint: disable=import-outside-toplevel
-  return default_run_dir(ml_collections.ConfigDict(config), Path(".")).as_posix()
-
-
-def _newest_step(folder: Path) -> int | None:
-  steps = [int(p.name) for p in folder.glob("*") if p.name.isdigit() and p.is_dir()]
-  return max(steps, default=None)
+  final_path = run_dir / "final.json"
+  final = json.loads(final_path.read_text()) if final_path.is_file() else {}
+  return default_run_dir(ml_collections.ConfigDict(as_recorded(config, final)),
+                         Path(".")).as_posix()
 
 
 def _members(run_dir: Path, final: dict[str, Any]) -> tuple[dict[str, Path | bytes], dict]:
@@ -70,7 +70,7 @@ def _members(run_dir: Path, final: dict[str, Any]) -> tuple[dict[str, Path | byt
     if (run_dir / name).is_file():
       members[name] = run_dir / name
   root = run_dir / "checkpoints"
-  latest = _newest_step(root)
+  latest = newest_step(root)
   info: dict[str, Any] = {"checkpoint_step": None, "best_step": None}
   if final.get("status") != "complete":
     if latest is None:
@@ -81,7 +81,7 @@ def _members(run_dir: Path, final: dict[str, Any]) -> tuple[dict[str, Path | byt
       if path.is_file():
         members[path.relative_to(run_dir).as_posix()] = path
     info["checkpoint_step"] = latest
-  best = _newest_step(root / "best")
+  best = newest_step(root / "best")
   carried = best_params.carried(run_dir)
   if carried is not None and (best is None or carried[0] > best):
     members[carried[1].relative_to(run_dir).as_posix()] = carried[1]
@@ -431,7 +431,8 @@ def refusal(run_dir: Path, config: dict[str, Any], reference: dict[str, Any]) ->
   previous = Path(run_dir) / "config.json"
   if not previous.exists():
     return None
-  stored = run_identity.read_config(previous)
+  from lra.runs import start  # pylint: disable=import-outside-toplevel
+  stored, _ = start.read_run(Path(run_dir))  # a fine-tune as its recorded start says
   reasons = run_identity.same_run(stored, config, reference)
   if not reasons:
     return None
@@ -481,8 +482,10 @@ def _run_words(config: dict[str, Any]) -> tuple[list[str], list[str]] | None:
   if reference is None:
     return None
   ours, theirs = run_identity.flatten(config), run_identity.flatten(reference)
+  # Where the curves also go is no identity but is the run's; a phase's budget keys are named by
+  # its departures (train.num_steps), and a fine-tune's start by --init-from.
   logs = [f"{key}={ours[key]}" for key in ours.keys() & theirs.keys()
-          if key.startswith(run_identity.NOT_IDENTITY) and ours[key] != theirs[key]]
+          if key.startswith("log.") and ours[key] != theirs[key]]
   # The mixer's file is named by its spec alone: a recorded sha256 on the command line would only
   # refuse to build a file that has changed since (mixer_changed says what to do then).
   settings = sorted(item for item in {*run_identity.departures(config, reference), *block, *logs}

@@ -31,14 +31,15 @@ CHECKPOINTS = ("best", "last")
 EVALS_FILE = "evals.jsonl"
 
 
-def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test",
+def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str | None = None,
                  data_dir: Path | None = None, predictions: Path | None = None) -> dict[str, Any]:
   """Restores a checkpoint of `run_dir` and evaluates it on `split`; returns the record.
 
   Args:
     run_dir: a run directory (config.json and checkpoints/).
     checkpoint: "best" (the best validation step, checkpoints/best/) or "last" (the latest).
-    split: "train", "val" or "test".
+    split: "train", "val" or "test"; None: test, or val for a self-pretraining run (whose
+      training never reads test: its best checkpoint is chosen on val, and no more is asked).
     data_dir: the prepared-data root (default $LRA_DATA_DIR or ~/.cache/lra).
     predictions: if given, the predicted class of every example of `split`, in the prepared
       split's order, is saved there ([N] int32, `np.save`).
@@ -57,7 +58,9 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
     raise errors.NotFound(f"{run_dir} is not a run directory (no config.json). Run folders are "
                           "results/runs/<task>/<mixer>/<run>/.")
   config = ml_collections.ConfigDict(run_identity.read_config(config_path))
-  if predictions is not None and run_identity.phase(config) == "pretrain":
+  pretraining = run_identity.phase(config) == "pretrain"
+  split = split or ("val" if pretraining else "test")
+  if predictions is not None and pretraining:
     raise errors.BadValue(f"--predictions: {run_dir} is a self-pretraining run: it predicts "
                           "hidden token values, not classes; pass its fine-tune's folder, or "
                           "drop --predictions to score its denoising")
@@ -79,9 +82,12 @@ def evaluate_run(run_dir: Path, *, checkpoint: str = "best", split: str = "test"
     if carried is not None and carried[0] > step:  # from `lra unpack`, newer than any Orbax best
       state, step = best_params.apply(state, carried[1]), carried[0]
     if not step:
-      raise errors.NotFound(
-          f"{run_dir} has no {checkpoint} checkpoint (checkpoints/ is not kept in git; rerun "
-          f"`lra run {config.task} {config.model.mixer} --preset {config.preset}` to make one).")
+      from lra.runs.pack import resume_command  # pylint: disable=import-outside-toplevel
+      made = resume_command(config.to_dict(), run_dir) or (
+          f"lra {'pretrain' if pretraining else 'run'} {config.task} {config.model.mixer} "
+          f"--preset {config.preset}")
+      raise errors.NotFound(f"{run_dir} has no {checkpoint} checkpoint (checkpoints/ is not kept "
+                            f"in git; rerun `{made}` to make one).")
     need = train.check_fits(config, s, state, data.spec, steps=("eval",))["eval"]
     try:
       metrics = train.evaluate(s, state, data, split, config.eval.batch_size)

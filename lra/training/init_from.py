@@ -3,8 +3,9 @@ self-pretraining run's best checkpoint, loaded into a fresh classifier (its head
 
 `check` runs before anything else (a one-line refusal, exit 2: not a pretraining run, unfinished
 without --allow-partial, another encoder, other data); `load` runs once, at step 0 of the
-fine-tune, and returns the record its final.json keeps. A resumed fine-tune continues from its
-own checkpoints and never calls it again.
+fine-tune, loads the checkpoint the start its config records names (lra.runs.start) and returns
+the record its final.json keeps. A resumed fine-tune continues from its own checkpoints and never
+calls it again.
 """
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ from flax import serialization
 from flax.training.train_state import TrainState
 
 from lra import errors
-from lra.runs import best_params, run_identity, writers
-from lra.runs.config_loading import fingerprint, start_id
+from lra.runs import best_params, run_identity, start, writers
 
 # Settings of `model` that leave the encoder's parameters and function as they are: the
 # fine-tune may choose its own (dropout, the compute dtype, the classifier's head, ...).
@@ -78,31 +78,6 @@ def check(config: Mapping[str, Any], run_dir: Path) -> None:
         f"{final.get('best_step')})")
 
 
-def check_resumed(run_dir: Path, init_dir: Path) -> None:
-  """Refuses to resume the fine-tune in `run_dir` when --init-from names another pretraining run
-  than the one it loaded (final.json's pretrained.config_id, and its seed: the fine-tune's own):
-  the command would say one start and the run hold another. A pretraining folder that is not
-  here any more is no conflict."""
-  run_dir, init_dir = Path(run_dir), Path(init_dir)
-  if not all((d / name).is_file() for d, name in ((run_dir, "final.json"), (run_dir, "config.json"),
-                                                   (init_dir, "config.json"))):
-    return
-  loaded = json.loads((run_dir / "final.json").read_text()).get("pretrained") or {}
-  if not loaded.get("config_id"):
-    return
-  pretrained = run_identity.read_config(init_dir / "config.json")
-  named = (fingerprint(pretrained),
-           run_identity.flatten(pretrained).get(run_identity.SEED_KEY))
-  started = (start_id(loaded), run_identity.flatten(
-      run_identity.read_config(run_dir / "config.json")).get(run_identity.SEED_KEY))
-  if named != started:
-    raise errors.Conflict(
-        f"{run_dir} is a fine-tune from {loaded.get('run_dir')} (config {started[0]}, seed "
-        f"{started[1]}), not from --init-from {init_dir} (config {named[0]}, seed {named[1]}); "
-        f"resume it with --init-from {loaded.get('run_dir')}, or pass --run-dir for a new "
-        "fine-tune")
-
-
 def _mismatch(key: str, theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> str:
   """Why a fine-tune cannot start from the pretraining run: `key` differs, said for its kind."""
   there, here = theirs.get(key), ours.get(key)
@@ -129,42 +104,44 @@ def _mismatch(key: str, theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> s
           "setting)")
 
 
-def _best_variables(run_dir: Path) -> tuple[int, dict[str, Any]]:
-  """(step, the inference variables) of a run's newest best checkpoint: an Orbax one, or the
-  best parameters `lra unpack` carried."""
-  found = []
-  best = Path(run_dir) / "checkpoints" / "best"
-  steps = [int(p.name) for p in best.glob("*") if p.name.isdigit() and p.is_dir()]
-  if steps:
-    found.append((max(steps), lambda step: best_params.from_orbax(best / str(step))))
-  carried = best_params.carried(run_dir)
-  if carried is not None:
-    found.append((carried[0], lambda _: carried[1].read_bytes()))
-  if not found:
+def _best_variables(run_dir: Path, recorded: int) -> dict[str, Any]:
+  """The inference variables of a run's newest best checkpoint (an Orbax one, or the best
+  parameters `lra unpack` carried), which must be the step the fine-tune's start records."""
+  step = start.best_step(run_dir)
+  if step is None:
     raise errors.NotFound(
         f"--init-from {run_dir}: no best checkpoint (checkpoints/ is not kept in git: unpack the "
         "run's pack (lra unpack RUN/run.pack), or run the pretraining here)")
-  step, reader = max(found, key=lambda item: item[0])
-  return step, serialization.msgpack_restore(reader(step))
+  if step != recorded:
+    raise errors.Conflict(
+        f"--init-from {run_dir}: its best checkpoint is step {step} now, not step {recorded} "
+        "as when this command started (the pretraining is still running?); run the command "
+        "again")
+  carried = best_params.carried(run_dir)
+  if carried is not None and carried[0] == step:
+    return serialization.msgpack_restore(carried[1].read_bytes())
+  return serialization.msgpack_restore(
+      best_params.from_orbax(Path(run_dir) / "checkpoints" / "best" / str(step)))
 
 
 def load(state: TrainState, config: Mapping[str, Any], data_record: Mapping[str, Any]
          ) -> tuple[TrainState, dict[str, Any]]:
-  """`state` (a fresh classifier's, replicated) with the pretraining run's encoder, and the
-  record final.json keeps of it: the folder, its identity, the step and held-out score loaded,
-  and a sha256 of the loaded parameters.
+  """`state` (a fresh classifier's, replicated) with the pretraining run's encoder from the step
+  the config's start records, and the record final.json keeps of it: the folder, its key, the
+  step and held-out score loaded, and a sha256 of the loaded parameters.
 
   Raises:
     BadValue: the pretraining ran on other data, or its encoder does not fit this model.
   """
   run_dir = Path(config["spt"]["init_from"])
-  pretrained, final = read(run_dir)
+  _, final = read(run_dir)  # a pretraining run's, checked
   theirs = (final.get("data") or {}).get("arrays_sha256")
   if theirs and data_record.get("arrays_sha256") and theirs != data_record["arrays_sha256"]:
     raise errors.BadValue(f"--init-from {run_dir}: it was pretrained on other data than this "
                           "fine-tune reads (the prepared arrays differ); pass the --data-dir it "
                           "used")
-  step, saved = _best_variables(run_dir)
+  recorded = config["spt"]["start"]
+  saved = _best_variables(run_dir, recorded["step"])
   updates, loaded = {}, {}
   for kind in ENCODER_VARIABLES:
     target = getattr(state, kind, None)
@@ -184,8 +161,8 @@ def load(state: TrainState, config: Mapping[str, Any], data_record: Mapping[str,
     updates[kind] = {**target, "encoder": placed}
   digest = hashlib.sha256(serialization.msgpack_serialize(loaded)).hexdigest()
   record = {"run_dir": writers.portable(str(run_dir.resolve())), "status": final.get("status"),
-            "config_id": fingerprint(pretrained),
-            "step": step, "num_steps": final.get("num_steps"),
+            "config_id": recorded["config_id"],
+            "step": recorded["step"], "num_steps": final.get("num_steps"),
             "val_accuracy": final.get("val_accuracy"), "val_loss": final.get("val_loss"),
             "params_sha256": digest}
   return state.replace(**updates), record

@@ -242,7 +242,7 @@ def setup(config: ml_collections.ConfigDict, spec: TaskSpec, *, training: bool =
     contract.check_shape_before_training(mixer_factory(config), config.mixer_source.spec,
                                          dim=config.model.dim, num_heads=config.model.num_heads,
                                          length=model.encoder.mixer_max_len)
-  objective = objectives.of(config, pixels=spec.pad_id is None)
+  objective = objectives.of(config, pixels=spec.pixels)
   tc = config.train
   train_step, eval_step = make_steps(model, mesh, dropout_seed=tc.seed + 1,
                                      dropout_bits=tc.dropout_bits, objective=objective)
@@ -455,9 +455,9 @@ class RunFiles:
                                              name=f"{config.task}/{mixer_label(config)}/"
                                                   f"{run_dir.name}") if writing else ())
     # Self-pretraining reads no labels at all (the baselines read test's).
-    denoising = objectives.of(config).noise
-    self.context = {**({} if denoising else label_baselines(data)), **writers.environment(),
-                    "objective": objectives.of(config).name,
+    objective = objectives.of(config)
+    self.context = {**({} if objective.noise else label_baselines(data)), **writers.environment(),
+                    "objective": objective.name,
                     "execution_path": execution_path(config)}
 
   def final(self, status: str, step: int, book: Book, last_test: float | None, wall: float,

@@ -90,6 +90,8 @@ class PerformerMixer(nn.Module):
       always uses the fixed features.
     seed: the fixed features are drawn from this seed folded with the layer's name, so they are
       reproducible without being stored in the checkpoint.
+    output_dtype: "input" (the kernel's float32 output cast back to x's dtype before the output
+      projection) or "float32" (kept: what bfloat16 runs computed before the cast existed).
   """
   dim: int
   num_heads: int
@@ -98,6 +100,7 @@ class PerformerMixer(nn.Module):
   kernel: str = "softmax"
   redraw: bool = False
   seed: int = 0
+  output_dtype: str = "input"
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
@@ -114,6 +117,10 @@ class PerformerMixer(nn.Module):
       features = orthogonal_features(key, self.num_features, head_dim)
     # The random features stay float32 under bfloat16 (exp of a sum of head_dim products is where
     # 8 bits of mantissa hurt), so the kernel computes in float32; back to x's dtype after it.
-    y = performer_attention(q, k, v, mask, features, self.kernel).astype(x.dtype)
+    if self.output_dtype not in ("input", "float32"):
+      raise errors.BadValue(f"performer: output_dtype must be 'input' or 'float32', got "
+                            f"{self.output_dtype!r}")
+    y = performer_attention(q, k, v, mask, features, self.kernel)
+    y = y.astype(x.dtype) if self.output_dtype == "input" else y
     y = nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(y)
     return y, carry

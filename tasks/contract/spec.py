@@ -30,6 +30,12 @@ class TaskSpec:
   dual: bool = False
   pad_id: int | None = 0
 
+  @property
+  def pixels(self) -> bool:
+    """Whether the inputs are pixel values (every position real, no pad id) rather than a
+    vocabulary's ids: what self-pretraining bins and scores the lit pixels of."""
+    return self.pad_id is None
+
   @classmethod
   def from_meta(cls, meta: Mapping[str, Any]) -> TaskSpec:
     return cls(vocab_size=int(meta["vocab_size"]), seq_len=int(meta["seq_len"]),
@@ -52,6 +58,8 @@ class Task:
     generate_small: `generate_small(raw_dir: Path, **config.data.generator)` writes a raw source
       (seed included in the params) for the presets that make their own data, where the suite
       can; it returns the `prepare` options that find what it wrote (or None: the defaults).
+    generated_length: `generated_length(**config.data.generator) -> T`, the length of what
+      `generate_small` makes, without making it (a dry run's input line), where it is fixed.
   """
   name: str
   description: str
@@ -59,6 +67,7 @@ class Task:
   prepare: Callable[..., dict]
   decode: Callable[[np.ndarray], str]
   generate_small: Callable[..., dict | None] | None = None
+  generated_length: Callable[..., int] | None = None
 
   def prepare_cache(self, source: Path, out_dir: Path, **options) -> dict:
     return self.prepare(Path(source), Path(out_dir), **options)

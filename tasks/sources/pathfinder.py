@@ -233,6 +233,11 @@ def prepare(source: Path, out_dir: Path, *, resolution: int = 32, difficulty: st
                             difficulty=difficulty, split_seed=split_seed, workers=workers)
 
 
+def generated_length(resolution: int, **_) -> int:
+  """T of a generated image: its pixels."""
+  return int(resolution) ** 2
+
+
 TASK = Task(
     name="pathfinder",
     description="Pathfinder 32x32: are the two dots connected?",
@@ -243,4 +248,5 @@ TASK = Task(
     prepare=prepare,
     decode=pixels.decode,
     generate_small=functools.partial(pathfinder_generator.generate_small, resolution=32),
+    generated_length=functools.partial(generated_length, resolution=32),
 )

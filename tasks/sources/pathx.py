@@ -6,7 +6,7 @@ from pathlib import Path
 
 from lra.tasks.generators.pathfinder import generate as pathfinder_generator
 from lra.tasks.sources import pixels
-from lra.tasks.sources.pathfinder import command, prepare_resolution
+from lra.tasks.sources.pathfinder import command, generated_length, prepare_resolution
 from lra.tasks.sources.release import RELEASE_URL
 from lra.tasks.contract.spec import Task
 
@@ -30,4 +30,5 @@ TASK = Task(
     prepare=prepare,
     decode=pixels.decode,
     generate_small=functools.partial(pathfinder_generator.generate_small, resolution=128),
+    generated_length=functools.partial(generated_length, resolution=128),
 )
