@@ -298,14 +298,14 @@ def _published_of(by_column: dict[tuple, dict[str, Any]], column: tuple) -> str:
 
 SQUARES_TITLE = "Pathfinder, 4x4 squares"
 SQUARES_NOTE = ("Pathfinder, 4x4 squares: NOT LRA's Pathfinder but its easy set with each 4x4 "
-                "pixel square one token (64 tokens; preset `squares`, docs/protocol.md); the "
+                "pixel square one token (64 tokens; preset `squares`, docs/presets_cpu.md); the "
                 "published figures beside it are the 1,024-pixel task's.")
 
 
 SPT_NOTE = ("SPT: fine-tuned from self-pretraining on the task's own training inputs (`lra "
             "pretrain`, then `lra run --init-from`; Amos et al., ICLR 2024), pretraining and "
-            "fine-tuning together the from-scratch row's steps (docs/protocol.md); never averaged "
-            "with the from-scratch runs.")
+            "fine-tuning together the from-scratch row's steps (docs/presets_spt.md); never "
+            "averaged with the from-scratch runs.")
 
 
 def _squares_rank_line(rows: list[dict[str, Any]], column: str = "this column",
