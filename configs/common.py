@@ -350,8 +350,8 @@ def every_epoch(c: ml_collections.ConfigDict, steps_per_epoch: int) -> None:
 
 
 # Dropout's generator under the `paper` preset, whose runs are sized for accelerators: the one
-# switch that tools/step_probe.py's timings decide (docs/accelerators.md). It is a preset value,
-# not a guess from the device found, so config.json says what ran and a run packed on a GPU
+# switch that tools/step_probe.py's timings decide (docs/accelerator_check.md). It is a preset
+# value, not a guess from the device found, so config.json says what ran and a run packed on a GPU
 # resumes under the same config anywhere. Flip it only between rows: a run in progress keeps the
 # masks it started with (pin its value with --config.train.dropout_bits).
 PAPER_DROPOUT_BITS = "threefry"
