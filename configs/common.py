@@ -26,7 +26,7 @@ from lra import errors
 PRESETS = ("paper", "latte_code", "lra", "smoke", "demo")
 # S5's and Mega-Chunk's own LRA runs (configs/published.py): the LRA tasks, those two mixers.
 PUBLISHED_PRESETS = ("published",)
-# The LRA task's own data at full length, with a model a laptop CPU trains in 40 min to 4 h;
+# The LRA task's own data at full length, with a model a laptop CPU trains in hours (`lra list`);
 # laptop_published: the same data and budget with S5's or Mega-Chunk's own architecture.
 LAPTOP_PRESETS = ("laptop", "laptop_published")
 # Pathfinder only: NOT LRA's task but its easy set on 4x4 pixel squares (64 tokens), where mixers

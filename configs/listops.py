@@ -2,7 +2,7 @@
 
   lra run listops latte                      # preset paper: Latte paper Table 4 settings
   lra run listops softmax --preset lra       # original LRA base config
-  lra run listops latte --preset demo        # generated small ListOps, ~5 min on 2 cores
+  lra run listops latte --preset demo        # generated small ListOps, minutes (`lra list`)
 """
 from __future__ import annotations
 

@@ -113,6 +113,27 @@ def test_the_status_is_generated_and_its_prose_holds_no_run_figure():
   assert not figures, f"docs/status.md types run figures outside its generated block: {figures}"
 
 
+def test_every_time_the_pages_and_the_cli_quote_is_the_measured_records(capsys):
+  """Issue 80: the demo's time was ~2.5 min in the README, 4-4.5 min in `lra list` and about 5
+  minutes in `--help`. Every such time is now one claim of lra/report/timings.json (made from
+  the committed measurements by `lra table --committed`; the check above fails when it is stale),
+  and each place the record names quotes the claim's text as it stands there."""
+  from lra.cli import demo, listing, main
+  from lra.report import timings
+  record = json.loads(timings.RECORD.read_text())
+  with pytest.raises(SystemExit):
+    main(["check", "--help"])
+  cli = {"lra --help": demo.HELP, "lra list": "\n".join(listing.PRESET_DESCRIPTIONS.values()),
+         "lra check --help": capsys.readouterr().out}
+  squeeze = lambda s: "".join(s.split())  # noqa: E731 (help text is wrapped, at hyphens too)
+  missing = [f"{name} in {place}" for name, claim in record["claims"].items()
+             for place in claim["quoted_in"]
+             if squeeze(claim["text"]) not in squeeze(cli.get(place) or (ROOT / place).read_text())]
+  assert not missing, f"quote the measured record's text (lra.report.timings.text): {missing}"
+  assert all(claim["measured"] and claim["text"].endswith("(measured)")
+             for claim in record["claims"].values())
+
+
 def test_the_readme_fits_on_a_page():
   """The front page stays short (issue 59): depth goes to docs/, linked from it."""
   lines = (ROOT / "README.md").read_text().splitlines()
