@@ -114,7 +114,7 @@ def build(task_rows: dict[str, list[dict[str, Any]]], results_dir: Path) -> dict
               f"{_minutes(steps / slowest_fit['steps_per_s'])} of training on one core at the "
               "built-in mixers' speeds, plus making the images and compiling; "
               f"{_minutes(noted['seconds'])} in all on busy cores (measured)",
-      "quoted_in": ["lra check --help"],
+      "quoted_in": ["docs/mixers.md", "lra check --help"],
       "measured": [{"mixer": f["mixer"], "steps_per_s": round(f["steps_per_s"], 2),
                     "seconds": round(steps / f["steps_per_s"], 1), "cores": 1,
                     "source": f"results/{FIT_SOURCE}"} for f in fits] + NOTED["fit"]}
