@@ -308,21 +308,28 @@ SPT_NOTE = ("SPT: fine-tuned from self-pretraining on the task's own training in
             "averaged with the from-scratch runs.")
 
 
-def _squares_rank_line(rows: list[dict[str, Any]], column: str = "this column",
-                       spt: bool = False) -> str:
+def squares_rank(rows: list[dict[str, Any]], spt: bool = False) -> tuple[float | None, int]:
   """Spearman's rank correlation between the squares column (common block, ours; its SPT twin
-  with `spt`) and the same mixers' published Pathfinder numbers, over the mixers that have
-  both; `column`: how the line names the squares column."""
+  with `spt`) and the same mixers' published Pathfinder numbers, and how many mixers have both
+  (None below 3)."""
   preset = "squares (squares+spt)" if spt else "squares"
   pairs = [(r["test_accuracy"], r["published"]) for r in rows
            if r["preset"] == preset and r["published"] is not None
            and r["test_accuracy"] is not None and r["source"] in RUN_SOURCES]
   if len(pairs) < 3:
+    return None, len(pairs)
+  return spearman([a for a, _ in pairs], [b for _, b in pairs]), len(pairs)
+
+
+def _squares_rank_line(rows: list[dict[str, Any]], column: str = "this column",
+                       spt: bool = False) -> str:
+  """squares_rank as a sentence; `column`: how the line names the squares column."""
+  rho, count = squares_rank(rows, spt)
+  if rho is None:
     return (f"Rank correlation of {column} with the published Pathfinder column: needs 3 "
-            f"mixers with both, {len(pairs)} so far.")
-  rho = spearman([a for a, _ in pairs], [b for _, b in pairs])
+            f"mixers with both, {count} so far.")
   return (f"Spearman's rank correlation between {column} and the published Pathfinder "
-          f"column, over the {len(pairs)} mixers with both: {rho:+.2f}.")
+          f"column, over the {count} mixers with both: {rho:+.2f}.")
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:
