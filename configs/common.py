@@ -26,7 +26,7 @@ from lra import errors
 PRESETS = ("paper", "latte_code", "lra", "smoke", "demo")
 # S5's and Mega-Chunk's own LRA runs (configs/published.py): the LRA tasks, those two mixers.
 PUBLISHED_PRESETS = ("published",)
-# The LRA task's own data at full length, with a model a laptop CPU trains in 40 min to 4 h;
+# The LRA task's own data at full length, with a model a laptop CPU trains in hours (`lra list`);
 # laptop_published: the same data and budget with S5's or Mega-Chunk's own architecture.
 LAPTOP_PRESETS = ("laptop", "laptop_published")
 # Pathfinder only: NOT LRA's task but its easy set on 4x4 pixel squares (64 tokens), where mixers
@@ -152,7 +152,7 @@ def mixer_configs() -> ml_collections.ConfigDict:
 # their authors run them (S5's and Mega's LRA code). A linear time-invariant scan sums an absolute
 # encoding over every token it passes, so the sum changes with the sequence's length: on the
 # synthetic task S5 stayed at 32% test with sinusoidal positions and reached 100% without
-# (2026-11-26, docs/protocol.md).
+# (2026-11-26, results/runs/synthetic/README.md).
 OWN_POSITIONS = ("s5", "mega")
 
 
@@ -276,7 +276,7 @@ def base_config(task: str, preset: str, mixer: str, *,
   # steps of denoising with P's model and optimizer; `lra run ... --preset P --init-from RUN`
   # fine-tunes from it for `spt.finetune_steps` steps (0: P's train.num_steps). Each task sets
   # its masking and each preset its budget, with sources
-  # (docs/protocol.md, "Self-pretraining (SPT)").
+  # (docs/presets_spt.md, "Self-pretraining (SPT)").
   c.spt = ml_collections.ConfigDict()
   c.spt.mask_ratio = 0.15           # the share of real tokens hidden (independently per token)
   c.spt.loss = "ce"                 # ce: each hidden value's class | l1: pixel values as numbers
@@ -310,7 +310,7 @@ class SptRow:
 
 # Compute-matched SPT (the paper's Appendix D study spends 0%, 40% or 60% of a fixed budget on
 # pretraining): the small presets pretrain this share of their from-scratch steps and fine-tune
-# the rest, so an SPT row costs what a from-scratch row does (docs/protocol.md, the pilot).
+# the rest, so an SPT row costs what a from-scratch row does (results/spt/README.md, the pilot).
 SPT_SHARE = 0.4
 SPT_PROTOCOL_PRESETS = ("paper", "latte_code", "lra", "published")
 
@@ -360,8 +360,8 @@ def every_epoch(c: ml_collections.ConfigDict, steps_per_epoch: int) -> None:
 
 
 # Dropout's generator under the `paper` preset, whose runs are sized for accelerators: the one
-# switch that tools/step_probe.py's timings decide (docs/accelerators.md). It is a preset value,
-# not a guess from the device found, so config.json says what ran and a run packed on a GPU
+# switch that tools/step_probe.py's timings decide (docs/accelerator_check.md). It is a preset
+# value, not a guess from the device found, so config.json says what ran and a run packed on a GPU
 # resumes under the same config anywhere. Flip it only between rows: a run in progress keeps the
 # masks it started with (pin its value with --config.train.dropout_bits).
 PAPER_DROPOUT_BITS = "threefry"

@@ -2,7 +2,7 @@
 
   lra run listops latte                      # preset paper: Latte paper Table 4 settings
   lra run listops softmax --preset lra       # original LRA base config
-  lra run listops latte --preset demo        # generated small ListOps, ~5 min on 2 cores
+  lra run listops latte --preset demo        # generated small ListOps, minutes (`lra list`)
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def laptop(c: ml_collections.ConfigDict) -> None:
   500-2000, depth 10, seed 0), i.e. what `lra data generate listops` writes. Optimizer and budget:
   the LRA base config's (5,000 steps of batch 32, Adam(0.9, 0.98), weight decay 0.1, rsqrt
   schedule with 1,000 warm-up steps, evaluated every 500 steps). Model: 2 layers, D=64, 4 heads,
-  MLP 128 (the LRA model is 4 x 512; see docs/protocol.md for the measurements behind the size).
+  MLP 128 (the LRA model is 4 x 512; see docs/presets_cpu.md for the measurements behind the size).
   """
   c.data.cache_name = "listops_laptop"
   c.data.generate = True
@@ -96,7 +96,7 @@ def laptop(c: ml_collections.ConfigDict) -> None:
   assert c.train.batch_size == LAPTOP_BATCH
   c.mixers.reformer.chunk_len = common.lra_reformer_chunk(2001)  # the LRA model's chunk
   # S5's own ListOps state (run_lra_listops.sh: P=16 in J=8 blocks), not its default P=256, which
-  # makes the scans 16x larger: 0.3-0.5 steps/s here, ~4 h for the run (docs/protocol.md).
+  # makes the scans 16x larger: 0.3-0.5 steps/s here, ~4 h for the run (docs/presets_cpu.md).
   c.mixers.s5.state_size, c.mixers.s5.blocks = 16, 8
   c.eval.every_steps = 500
   c.checkpoint.every_steps = 250  # long runs go in parts: lose at most 250 steps to a stop

@@ -18,13 +18,13 @@ NUM_TRAIN = 160_000  # 80% of the 200k release images
 # Self-pretraining (common.SptRow): the SPT paper's mask ratio, loss and budget for this task.
 SPT = common.SptRow(mask_ratio=0.5, loss="ce", epochs=50, warmup_steps=2500)
 # The `laptop` budget: what softmax, the slowest mixer of the common block, trains in under 3 hours
-# on a 2-core CPU (2.16 s a step, docs/protocol.md "Pathfinder on a CPU").
+# on a 2-core CPU (2.16 s a step, docs/presets_cpu.md "Pathfinder on a CPU").
 LAPTOP_STEPS, LAPTOP_BATCH, LAPTOP_EVALS = 4000, 32, 8
 # Latte paper Table 4, Pathfinder row (L=40: the headline Latte model; see docs/protocol.md).
 PAPER = common.PaperRow(dim=256, latents=40, learning_rate=1e-3, batch_size=64,
                         weight_decay=0.03, dropout=0.2, epochs=200)
-# The `squares` budget (docs/protocol.md "Pathfinder on squares"): 4 epochs of 32 on the easy set,
-# which the slowest mixer kept trains in under 45 minutes on one core; evaluated 10 times.
+# The `squares` budget (docs/presets_cpu.md "Pathfinder on squares"): 4 epochs of 32 on the easy
+# set, which the slowest mixer kept trains in under 45 minutes on one core; evaluated 10 times.
 SQUARES_STEPS, SQUARES_EVALS, SQUARES_PATCH = 20_000, 10, 4
 
 
@@ -98,7 +98,8 @@ def laptop(c: ml_collections.ConfigDict) -> None:
   LRA's fixed positions and pixel tokens. Optimizer: LRA's Pathfinder one (Adam(0.9, 0.98, 1e-9),
   lr 1e-3, no weight decay, linear warm-up then cosine decay, no clipping) for 4,000 steps of 32
   (0.8 epoch), evaluated every 500 steps on the first 2,000 images of val and of test. The
-  values, their sources and the study behind them: docs/protocol.md.
+  values and their sources: docs/presets_cpu.md; the study behind them:
+  results/pathfinder_study/README.md.
   """
   c.data.cache_name = "pathfinder_laptop"
   c.data.generate = True
@@ -124,7 +125,7 @@ def squares(c: ml_collections.ConfigDict) -> None:
   mixers learn on a CPU's budget (at LRA's 1,024 pixel tokens every one stays at chance there).
 
   The `laptop` preset's model and optimizer for every mixer, with three changes, each from the
-  Pathfinder study and the squares pilot (docs/protocol.md "Pathfinder on squares"): the easy
+  Pathfinder study and the squares pilot (docs/presets_cpu.md "Pathfinder on squares"): the easy
   contours (length 6) of the generator, 200,000 images (seed 0) split 80/10/10; pixels read as
   numbers (model.embedding=dense) and 4x4 squares as tokens (model.patch=4); 20,000 steps of 32 (4
   epochs), warm-up 1,000, evaluated every 2,000 steps on the first 4,000 images of val and test.

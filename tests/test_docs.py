@@ -19,6 +19,9 @@ from lra.report import table_status, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# The study reports beside their run folders (results/<study>/README.md), linked from the docs.
+REPORTS = sorted([*(ROOT / "results").glob("*/README.md"),
+                  *(ROOT / "results" / "runs").glob("*/README.md")])
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 # `docs/runs.md, "Run folders"`, `protocol.md "The rule"`, or README and a section name.
 CITED = re.compile(r"\b(README|(?:docs/)?[\w-]+\.md),? \"([^\"]+)\"")
@@ -40,7 +43,7 @@ def _page(name: str, near: Path) -> Path:
   return (ROOT / name) if name.startswith("docs/") else near.parent / name
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize("page", PAGES + REPORTS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_link_and_anchor_exists(page):
   missing = []
   for target in LINK.findall(page.read_text()):
@@ -57,8 +60,8 @@ def test_every_link_and_anchor_exists(page):
 
 def test_every_cited_section_exists():
   """A section named in prose or a docstring (`docs/runs.md, "Run folders"`) is a heading there."""
-  sources = PAGES + [p for folder in ("lra", "tasks", "models", "configs", "tests", "tools")
-                     for p in (ROOT / folder).rglob("*.py")]
+  sources = PAGES + REPORTS + [p for folder in ("lra", "tasks", "models", "configs", "tests",
+                                                "tools") for p in (ROOT / folder).rglob("*.py")]
   missing = []
   for source in sources:
     for name, section in CITED.findall(source.read_text()):
@@ -108,6 +111,27 @@ def test_the_status_is_generated_and_its_prose_holds_no_run_figure():
   figures = re.findall(r"\d+\.\d+ ?%|\d+ ?min\b|\d+h\d\d|\d+(?:\.\d+)? ?steps/s|\d+(?:\.\d+)? h\b",
                        prose)
   assert not figures, f"docs/status.md types run figures outside its generated block: {figures}"
+
+
+def test_every_time_the_pages_and_the_cli_quote_is_the_measured_records(capsys):
+  """Issue 80: the demo's time was ~2.5 min in the README, 4-4.5 min in `lra list` and about 5
+  minutes in `--help`. Every such time is now one claim of lra/report/timings.json (made from
+  the committed measurements by `lra table --committed`; the check above fails when it is stale),
+  and each place the record names quotes the claim's text as it stands there."""
+  from lra.cli import demo, listing, main
+  from lra.report import timings
+  record = json.loads(timings.RECORD.read_text())
+  with pytest.raises(SystemExit):
+    main(["check", "--help"])
+  cli = {"lra --help": demo.HELP, "lra list": "\n".join(listing.PRESET_DESCRIPTIONS.values()),
+         "lra check --help": capsys.readouterr().out}
+  squeeze = lambda s: "".join(s.split())  # noqa: E731 (help text is wrapped, at hyphens too)
+  missing = [f"{name} in {place}" for name, claim in record["claims"].items()
+             for place in claim["quoted_in"]
+             if squeeze(claim["text"]) not in squeeze(cli.get(place) or (ROOT / place).read_text())]
+  assert not missing, f"quote the measured record's text (lra.report.timings.text): {missing}"
+  assert all(claim["measured"] and claim["text"].endswith("(measured)")
+             for claim in record["claims"].values())
 
 
 def test_the_readme_fits_on_a_page():
@@ -283,9 +307,10 @@ def test_the_s5_screens_table_is_the_records():
 
 
 def test_the_spt_tables_are_the_run_folders():
-  """docs/protocol.md types no figure of the SPT runs: the pilot's table and the pairs beyond
-  squares are made from the run folders (`python tools/spt_summary.py`)."""
+  """The SPT pilot's report (results/spt/README.md) types no figure of the SPT runs: the pilot's
+  table and the pairs beyond squares are made from the run folders (`python
+  tools/spt_summary.py`)."""
   sys.path.insert(0, str(ROOT / "tools"))
   import spt_summary  # pylint: disable=import-outside-toplevel
   runs = spt_summary.table_runs()
-  assert (ROOT / "docs" / "protocol.md").read_text() == spt_summary.docs_text(runs)
+  assert (ROOT / "results" / "spt" / "README.md").read_text() == spt_summary.docs_text(runs)

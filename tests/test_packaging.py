@@ -39,5 +39,6 @@ def test_the_wheel_installs_one_top_level_package(tmp_path):
   top_level = [n for n in names if n.endswith("top_level.txt")]
   assert not top_level or zipfile.ZipFile(wheel).read(top_level[0]).split() == [b"lra"]
   for expected in ("lra/tasks/sources/listops.py", "lra/models/mixers/latte.py",
-                   "lra/configs/listops.py", "lra/reference/published_lra.csv"):
+                   "lra/configs/listops.py", "lra/reference/published_lra.csv",
+                   "lra/report/timings.json"):
     assert expected in names

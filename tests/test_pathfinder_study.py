@@ -37,22 +37,24 @@ def test_each_listed_command_is_what_its_committed_run_ran(run):
 
 
 def test_the_summary_table_is_what_the_run_folders_say():
-  """results/pathfinder_study/README.md is generated (`summary`): a run resumed or stopped since
-  must be summarised again. Its steps are where final.json says a run stopped (23,876), not its
-  curve's last log point (23,850)."""
-  committed = [line for line in (study.OUT / "README.md").read_text().splitlines()
+  """results/pathfinder_study/README.md's table is generated (`summary`): a run resumed or stopped
+  since must be summarised again. Its steps are where final.json says a run stopped (23,876), not
+  its curve's last log point (23,850)."""
+  committed = [line for line in study.generated_lines((study.OUT / "README.md").read_text())
                if line.startswith("|")]
   assert committed == study.table(), "run `python tools/pathfinder_study.py summary`"
 
 
-def test_the_protocol_pages_study_numbers_are_the_run_folders():
-  """docs/protocol.md types the study's numbers in its tables: each row's stop step is final.json's
-  and its accuracies and losses are the summary's, so they cannot drift from the runs."""
+def test_the_reports_study_numbers_are_the_run_folders():
+  """The study's report (results/pathfinder_study/README.md, above its generated table) types the
+  study's numbers in its own tables: each row's stop step is final.json's and its accuracies and
+  losses are the summary's, so they cannot drift from the runs."""
   import re
   # pylint: disable=protected-access
   rows = {row["run"]: row for row in map(study._row, study.STUDY) if row}
   checked = 0
-  for line in (ROOT / "docs" / "protocol.md").read_text().splitlines():
+  text = (study.OUT / "README.md").read_text()
+  for line in text[:text.index(study.MARKERS[0])].splitlines():
     named = re.match(r"\| `([\w.\-]+)` \|", line)
     if not named or named.group(1) not in rows:
       continue

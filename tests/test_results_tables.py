@@ -619,6 +619,33 @@ def test_the_status_is_written_from_the_runs_and_reads_well_with_any_number_of_r
   assert "performer 65.00% (all 3 seeds)" in full
 
 
+def test_the_readme_status_says_what_its_figures_mean_before_them(tmp_path):
+  """Issue 80: each line of the README's short status opens with what its figures mean, in plain
+  words that the figures themselves decide (docs/status.md's block keeps the figures alone)."""
+  from lra.report import table_status, tables
+  res = tmp_path / "results"
+  for mixer, accuracy in {"softmax": 0.365, "latte": 0.3465, "performer": 0.355}.items():
+    write_run(res, "listops", mixer, "laptop", 0, accuracy, majority=0.17)
+  # Ours: softmax > latte (the mean of a seed that learns and one at chance) > performer; the
+  # published Pathfinder column has them the other way round.
+  for mixer, accuracy in {"softmax": 0.75, "latte": 0.80, "performer": 0.60}.items():
+    write_run(res, "pathfinder", mixer, "squares", 0, accuracy, chance=0.5, majority=0.5)
+  write_run(res, "pathfinder", "latte", "squares", 1, 0.504, chance=0.5, majority=0.5)
+
+  def status():
+    _, made = tables._build(res)  # pylint: disable=protected-access
+    return table_status.Status(made["task_rows"], res)
+  listops, squares = status().listops(brief=True), status().squares(brief=True)
+  assert listops.index("every mixer that learns stops on the same plateau") < listops.index(
+      "34.65-36.50%") and "so at this budget ListOps does not rank them" in listops
+  assert squares.index("a seed can decide whether a mixer learns at all") < squares.index(
+      "from 60.00% (performer)")
+  assert "the mixers' order does not follow the published Pathfinder column" in squares
+  assert "plateau" not in status().listops(brief=False)  # the page's prose says what they mean
+  write_run(res, "listops", "linformer", "laptop", 0, 0.45, majority=0.17)
+  assert "the mixers that learn end apart, so ListOps ranks them" in status().listops(brief=True)
+
+
 def test_an_old_s5_config_is_the_bare_ssm_it_trained():
   """S5 configs written before `mixers.s5.activation` trained the bare SSM: they depart from
   today's `laptop` preset (S5's output layer), resume with the setting named, and read back

@@ -1,5 +1,5 @@
-"""The references under docs/protocol.md's SPT tables (tools/spt_summary.py): what a hidden value's
-neighbours predict of it, computed from counts, on data where the answer is known."""
+"""The references under results/spt/README.md's SPT tables (tools/spt_summary.py): what a hidden
+value's neighbours predict of it, computed from counts, on data where the answer is known."""
 import sys
 import types
 from pathlib import Path

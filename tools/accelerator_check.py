@@ -55,7 +55,7 @@ RESERVE_S = 10  # for the last report after the last phase
 MIXER_TESTS = ("test_mixer_cores.py", "test_mixer_contract.py", "test_encoder_block.py",
                "test_batching.py", "test_dropout_rng.py", "test_lra_mixers.py")
 # LRA's Pathfinder-32 hard set size: 2 min to generate and prepare on 2 cores, 109 s on the H200
-# host's 8 workers while the tests ran (docs/accelerators.md).
+# host's 8 workers while the tests ran (results/accelerator/README.md).
 PATHFINDER_IMAGES = 200_000
 PROBE_FLAGS = ("--model resnet18", "--time-budget-s", "--quick")
 VERSIONS = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "ml_collections", "numpy")

@@ -4,15 +4,15 @@ scratch and with self-pretraining (SPT), and the SPT rows of ListOps and of LRA'
 Each is an ordinary `lra run TASK MIXER --preset P --seed N` (an SPT row: `lra pretrain`, then
 `lra run ... --init-from` its folder) in its default folder (results/runs/TASK/MIXER/NAME/), so
 `lra table` reads it like any other run. The `squares` preset is NOT LRA's Pathfinder (64 tokens,
-not 1,024 pixels); why it exists and how it was chosen: docs/protocol.md ("Pathfinder on
-squares"); the SPT runs and their pilot: docs/protocol.md ("Self-pretraining on a CPU").
+not 1,024 pixels); why it exists and how it was chosen: docs/presets_cpu.md ("Pathfinder on
+squares"); the SPT runs and their pilot: results/spt/README.md.
 
   python tools/cpu_table.py list [--todo] [--group G]          # the runs, and where each stands
   python tools/cpu_table.py run NAME [--core C] [--stop-after S]   # one run, or resume it
   python tools/cpu_table.py work --core C --stop-after S [--group G] [NAME ...]  # in turn
   python tools/cpu_table.py pack                               # archive every stopped run
 
-The tables and curves docs/protocol.md shows of these runs: tools/spt_summary.py.
+The tables and curves results/spt/README.md shows of these runs: tools/spt_summary.py.
 
 A run longer than a sitting stops sealed (`--stop-after`) and travels as its archive (`run.pack`,
 committed beside its files); `run` unpacks it on a machine without its checkpoints, as
@@ -40,8 +40,9 @@ RUNS = ROOT / "results" / "runs"
 FIRST = ("latte", "softmax", "s5")
 PUBLISHED = ("s5", "mega")
 SEEDED = ("latte", "softmax", "s5")
-# Then the fast mixers at chance on seed 0 that still fit the screen (docs/protocol.md: the ones
-# another seed would test first), Performer and Linformer first (~10 minutes a run on one core).
+# Then the fast mixers at chance on seed 0 that still fit the screen (results/squares/README.md:
+# the ones another seed would test first), Performer and Linformer first (~10 minutes a run on one
+# core).
 SEEDED_NEXT = ("performer", "linformer", "reformer")
 PHASES = ("", "pretrain", "spt")  # from scratch; self-pretraining; its fine-tune
 LONGER_PRETRAINING = 24_000  # steps: the pilot's one longer pretraining (3x compute-matched)
@@ -54,7 +55,7 @@ class TableRun:
   seed: int = 0
   phase: str = ""
   task: str = "pathfinder"
-  group: str = "squares"  # which list of docs/protocol.md it belongs to (`--group`)
+  group: str = "squares"  # which list of results/spt/README.md it belongs to (`--group`)
   pretrain_steps: int | None = None  # an SPT pair's longer pretraining (the preset's: None)
   committed_as: str = ""  # a committed run's name when not the preset's (spt_summary.SCRATCH_AS)
 
@@ -125,7 +126,7 @@ def table_runs() -> list[TableRun]:
   scratch = ([TableRun(m) for m in mixers] + [TableRun(m, "squares_published") for m in PUBLISHED]
              + [TableRun(m, seed=seed) for group in (SEEDED, SEEDED_NEXT) for seed in (1, 2)
                 for m in group])
-  # The SPT pilot first (docs/protocol.md): two seeds of the four blocks it compares.
+  # The SPT pilot first (results/spt/README.md): two seeds of the four blocks it compares.
   pilot = [run for seed in (0, 1) for mixer, preset in (
       ("latte", "squares"), ("softmax", "squares"), ("s5", "squares"), ("s5", "squares_published"))
            for run in spt_pair(mixer, preset, seed, group="pilot")]
@@ -143,7 +144,8 @@ def table_runs() -> list[TableRun]:
   listops = [run for mixer, preset in (("latte", "laptop"), ("softmax", "laptop"),
                                        ("s5", "laptop_published"), ("s5", "laptop"))
              for run in spt_pair(mixer, preset, task="listops", group="listops")]
-  # LRA's own Pathfinder (1,024 pixel tokens): Latte alone, the plan's first cut (docs/protocol.md).
+  # LRA's own Pathfinder (1,024 pixel tokens): Latte alone, the plan's first cut
+  # (results/spt/README.md).
   pixels = spt_pair("latte", "laptop", group="pixels")
   found, unique = set(), []
   for run in scratch + pilot + column + seeds + listops + pixels:

@@ -2,7 +2,7 @@
 
   python tools/ledger_costs.py            # prints the estimates; --write puts them in the ledger
 
-The paper ListOps step is bound by memory traffic (docs/accelerators.md), so a row's step time
+The paper ListOps step is bound by memory traffic (docs/accelerator_check.md), so a row's step time
 is estimated as XLA's bytes accessed per train step (the cost analysis of its compiled step, here
 on the CPU, whose fusions differ from a GPU's) over the bandwidth the measured Latte ListOps paper
 step achieved on the H200 (its bytes times its 58.5 steps/s). Softmax's measured paper row checks

@@ -12,7 +12,7 @@ steps/s, XLA's cost analysis (FLOPs and bytes accessed per step) and what those 
 (TFLOP/s, TB/s), and a jax.profiler trace of TRACE_STEPS steps summarised as device busy %, kernels
 per step and the top kernels. A variant that would pass the budget is `not run`. It writes
 step_probe.json and step_probe.md into --out and prints what the numbers decide
-(docs/accelerators.md, "What the step probe decides").
+(docs/accelerator_check.md, "What the step probe decides").
 """
 from __future__ import annotations
 
@@ -304,7 +304,7 @@ def _compiled_step(s, state, batches: list[dict[str, Any]], config, spec):
 # The probe and its report.
 
 def decide(records: list[dict[str, Any]]) -> list[str]:
-  """What the timings say for the `paper` preset's defaults (docs/accelerators.md)."""
+  """What the timings say for the `paper` preset's defaults (docs/accelerator_check.md)."""
   rate = {r["variant"]: r.get("steps_per_s") for r in records if r.get("status") == "ok"}
   if not rate.get("baseline"):
     return ["No baseline timing: nothing to decide."]

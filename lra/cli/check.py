@@ -19,9 +19,10 @@ def add_parser(commands) -> None:
   parser.add_argument("--dim", type=int, default=16, help="D of the small checks (default 16)")
   parser.add_argument("--heads", type=int, default=2, help="H (default 2)")
   from lra.bench.fit_screen import STEPS, TRAIN_IMAGES  # light: no JAX
+  from lra.report import timings  # the measured record (a JSON file)
   parser.add_argument("--fit", action="store_true", help="also train the mixer on the fitting "
-                      f"screen ({TRAIN_IMAGES} Pathfinder images as 4x4 squares, {STEPS} steps, "
-                      "about a minute on one core): one that cannot fit them will not learn a "
+                      f"screen ({TRAIN_IMAGES} Pathfinder images as 4x4 squares, {STEPS} steps: "
+                      f"{timings.text('fit')}): one that cannot fit them will not learn a "
                       "table's task")
   parser.set_defaults(handler=main)
 

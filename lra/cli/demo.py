@@ -8,14 +8,16 @@ import sys
 
 from lra import errors
 from lra.cli import run as run_command
+from lra.report import timings
 from lra.runs import command
 
 DEMO = ("listops", "latte", "demo")
 DEMO_PRESETS = ("demo", "smoke")  # what the bare `lra` takes; its help says so
 HELP = ("With no command, `lra` runs the demo: bidirectional Latte (4 layers, D=64) trains "
         "4,000 steps on generated ListOps (depth <= 4, 8-80 tokens: easier than LRA's) and "
-        "prints its test accuracy beside the majority class's; about 5 minutes on 2 CPU "
-        "cores, 10 on one (the progress line gives an ETA). Its run folder is "
+        f"prints its test accuracy beside the majority class's: {timings.text('demo')}, its "
+        "data made and its programs compiled included (the progress line gives its own ETA). "
+        "Its run folder is "
         "results/local/runs/listops/latte/demo_seed0 (git-ignored); "
         "run `lra` again to see the result, delete the folder to train again. The options "
         "below apply to the demo; each command has its own --help.")

@@ -6,6 +6,7 @@ import argparse
 from lra.cli.common import add_command
 from lra.configs.common import CPU_PRESETS, OWN_ARCHITECTURE_PRESETS, PRESETS, PUBLISHED_PRESETS
 from lra.models.mixers import MIXERS, describe, entry_points
+from lra.report import timings
 from lra.tasks import TASKS
 
 
@@ -55,20 +56,23 @@ def lra_row_departures() -> dict[str, list[str]]:
   return found
 
 
-# One line each for `lra list`; docs/protocol.md says where every value comes from.
+# One line each for `lra list`; docs/protocol.md says where every value comes from. The times are
+# the measured record's (lra.report.timings), which the README and docs quote too.
 PRESET_DESCRIPTIONS = {
-    "paper": "the default: the Latte paper's settings (accelerator-sized, 6 layers)",
+    "paper": "the default: the Latte paper's settings (accelerator-sized, 6 layers; ListOps with "
+             f"Latte: {timings.text('paper_h200')})",
     "latte_code": "the Latte authors' code where it departs from the paper",
     "lra": "the original LRA code's settings",
     "smoke": "seconds: a few steps of a tiny model (checks that it runs, not that it learns)",
-    "demo": "minutes on a CPU (ListOps with Latte: 4-4.5 min on 2 cores, measured): a small "
-            "model on small generated data",
-    "laptop": "the LRA task's own data at full length (ListOps, Pathfinder) with a small model, "
-              "trained on a CPU in 40 min to 4.5 h on 2 cores",
+    "demo": "minutes on a CPU: a small model on small generated data (ListOps with Latte: "
+            f"{timings.text('demo')})",
+    "laptop": "the LRA task's own data at full length with a small model, trained on a CPU: "
+              f"ListOps {timings.text('listops_laptop')}; Pathfinder "
+              f"{timings.text('pathfinder_laptop')}",
     "published": "S5's and Mega-Chunk's own published LRA runs: their blocks and optimizers",
     "laptop_published": "S5's or Mega-Chunk's own architecture on the laptop's data and budget",
     "squares": "NOT LRA's task: Pathfinder's easy set as 4x4 pixel squares (64 tokens), where "
-               "mixers learn on one CPU core in 10-45 min",
+               f"mixers learn on a CPU: {timings.text('squares')}",
     "squares_published": "S5's or Mega-Chunk's own block on the squares' data, size and budget",
 }
 

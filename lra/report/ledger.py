@@ -153,7 +153,7 @@ def cell_costs(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], str]:
 
 def markdown(rows: list[dict[str, Any]]) -> str:
   """The ledger as the table docs/accelerators.md shows (without progress: `--status` has it)."""
-  lines = ["| # | row | command | steps | H200 | H100 | loans (H200) | source |",
+  lines = ["| # | row | command | steps | H200 | H100 | 15-min sessions (H200) | source |",
            "|---:|---|---|---:|---:|---:|---:|---|"]
   for index, row in enumerate(rows, start=1):
     h200, h100 = minutes(row, "h200"), minutes(row, "h100")

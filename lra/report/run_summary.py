@@ -17,7 +17,7 @@ from lra.runs import pack, run_identity, run_lock
 
 # The `synthetic` task's pass mark, on test accuracy at the best val step: every built-in mixer
 # that carries both ends to the CLS output reaches 100% in its 1,500 steps, those that do not stay
-# at 24-58% (one end alone gives 25%); results/runs/synthetic/ and docs/protocol.md. The slow
+# at 24-58% (one end alone gives 25%); results/runs/synthetic/README.md. The slow
 # test of tests/test_synthetic.py holds the built-in mixers to the same mark.
 MIXES_AT = 0.95
 # A run that ended so is stopped: the same command would end it the same way again (a loss that

@@ -298,31 +298,38 @@ def _published_of(by_column: dict[tuple, dict[str, Any]], column: tuple) -> str:
 
 SQUARES_TITLE = "Pathfinder, 4x4 squares"
 SQUARES_NOTE = ("Pathfinder, 4x4 squares: NOT LRA's Pathfinder but its easy set with each 4x4 "
-                "pixel square one token (64 tokens; preset `squares`, docs/protocol.md); the "
+                "pixel square one token (64 tokens; preset `squares`, docs/presets_cpu.md); the "
                 "published figures beside it are the 1,024-pixel task's.")
 
 
 SPT_NOTE = ("SPT: fine-tuned from self-pretraining on the task's own training inputs (`lra "
             "pretrain`, then `lra run --init-from`; Amos et al., ICLR 2024), pretraining and "
-            "fine-tuning together the from-scratch row's steps (docs/protocol.md); never averaged "
-            "with the from-scratch runs.")
+            "fine-tuning together the from-scratch row's steps (docs/presets_spt.md); never "
+            "averaged with the from-scratch runs.")
 
 
-def _squares_rank_line(rows: list[dict[str, Any]], column: str = "this column",
-                       spt: bool = False) -> str:
+def squares_rank(rows: list[dict[str, Any]], spt: bool = False) -> tuple[float | None, int]:
   """Spearman's rank correlation between the squares column (common block, ours; its SPT twin
-  with `spt`) and the same mixers' published Pathfinder numbers, over the mixers that have
-  both; `column`: how the line names the squares column."""
+  with `spt`) and the same mixers' published Pathfinder numbers, and how many mixers have both
+  (None below 3)."""
   preset = "squares (squares+spt)" if spt else "squares"
   pairs = [(r["test_accuracy"], r["published"]) for r in rows
            if r["preset"] == preset and r["published"] is not None
            and r["test_accuracy"] is not None and r["source"] in RUN_SOURCES]
   if len(pairs) < 3:
+    return None, len(pairs)
+  return spearman([a for a, _ in pairs], [b for _, b in pairs]), len(pairs)
+
+
+def _squares_rank_line(rows: list[dict[str, Any]], column: str = "this column",
+                       spt: bool = False) -> str:
+  """squares_rank as a sentence; `column`: how the line names the squares column."""
+  rho, count = squares_rank(rows, spt)
+  if rho is None:
     return (f"Rank correlation of {column} with the published Pathfinder column: needs 3 "
-            f"mixers with both, {len(pairs)} so far.")
-  rho = spearman([a for a, _ in pairs], [b for _, b in pairs])
+            f"mixers with both, {count} so far.")
   return (f"Spearman's rank correlation between {column} and the published Pathfinder "
-          f"column, over the {len(pairs)} mixers with both: {rho:+.2f}.")
+          f"column, over the {count} mixers with both: {rho:+.2f}.")
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:

@@ -3,7 +3,8 @@
 Writes results/tables/<task>.csv|md (every experiment of one task) and results/tables/lra.csv|md
 (mixers x the six LRA tasks + the average of the five without Path-X). The CSVs are the source of
 truth; the Markdown (lra.report.table_markdown), the README's blocks and docs/status.md's block
-(lra.report.table_status: the status, from the same rows and the ledger) are renderings of them.
+(lra.report.table_status: the status, from the same rows and the ledger) are renderings of them,
+and so, for the committed runs, is lra/report/timings.json (the measured times the pages quote).
 Output depends only on the run files and the reference CSV (no timestamps), so
 `lra table --check` can compare.
 
@@ -26,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from lra import errors
-from lra.report import results, run_summary, table_markdown, table_status
+from lra.report import results, run_summary, table_markdown, table_status, timings
 from lra.runs import writers
 from lra.configs import pathfinder as pathfinder_config
 # The shared rules, re-exported: callers read them as tables.LRA_TASKS etc.
@@ -462,4 +463,8 @@ def _expected(results_dir: Path, readme: Path | None,
         expected[page] = splice_readme(page.read_text(), status.page_block(), page,
                                        table_status.PAGE_MARKERS, "lra table --committed")
     expected[readme] = text
+    committed_dir = results.committed_results_dir()
+    if committed_dir is not None and results_dir.resolve() == committed_dir.resolve():
+      # The measured times the pages and the CLI quote, from the same runs (lra.report.timings).
+      expected[timings.RECORD] = timings.render(made["task_rows"], results_dir)
   return expected

@@ -99,7 +99,7 @@ def of(config: ml_collections.ConfigDict, pixels: bool = False) -> Objective:
 
   Denoising picks its best evaluation as the paper's code does (IdoAmos/not-from-scratch,
   `train.monitor`): the held-out share of hidden tokens predicted right under "ce", the held-out
-  mean absolute error under "l1" (docs/protocol.md, "Self-pretraining (SPT)").
+  mean absolute error under "l1" (docs/presets_spt.md, "Self-pretraining (SPT)").
   """
   if config.get("objective", "classify") != "denoise":
     return CLASSIFY

@@ -165,7 +165,7 @@ class SoftmaxMixer(nn.Module):
   Attributes:
     query_chunk: queries per chunk (0: all at once) on the einsum path. On a CPU the [B,H,T,T]
       weights of long sequences are gigabytes written, faulted in and freed every step; chunks
-      keep them small (`lra bench` measures the trade; docs/protocol.md has the numbers).
+      keep them small (`lra bench` measures the trade; docs/presets_cpu.md has the numbers).
     implementation: "auto" (cuDNN's fused attention on an NVIDIA GPU in bf16/f16, else einsum),
       "einsum" (the formula, in query chunks if query_chunk > 0), "xla" or "cudnn"
       (jax.nn.dot_product_attention's two implementations). See `softmax_attention`.
