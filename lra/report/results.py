@@ -24,7 +24,8 @@ from lra import errors
 from lra.models.build import tokens_seen
 from lra.report.table_rules import COMMITTED, YOURS
 from lra.runs import start
-from lra.runs.config_loading import run_key
+from lra.runs import run_identity
+from lra.runs.config_loading import preset_reference, run_key
 from lra.runs.run_identity import as_trained, flatten
 
 _SEED_SUFFIX = re.compile(r"_seed\d+$")
@@ -178,7 +179,7 @@ def load_runs(results_dir: Path | str = "results", *, status: str | None = None,
     row = {key: final.get(key) for key in FINAL_KEYS}
     if row["tokens"] is None and row["seq_len"] is not None and config:  # from before "tokens"
       row["tokens"] = tokens_seen(ml_collections.ConfigDict(config), int(row["seq_len"]))
-    row.update(run=run_dir.name, variant=_SEED_SUFFIX.sub("", run_dir.name),
+    row.update(run=run_dir.name, variant=_variant(run_dir.name, config),
                run_dir=run_dir.relative_to(results_dir.parent).as_posix(),
                config_id=run_key(config), config=flatten(config),
                state=_state(final, run_dir))
@@ -257,6 +258,17 @@ def load_all_curves(runs: pd.DataFrame, results_dir: Path | str = "results") -> 
   if not frames:
     return pd.DataFrame(columns=["step", "task", "mixer", "preset", "variant", "seed", "run"])
   return pd.concat(frames, ignore_index=True)
+
+
+def _variant(name: str, config: dict[str, Any]) -> str:
+  """A run folder's name without its seed: what tables print beside the preset. A name whose long
+  suffix was hashed (`cfg-...`) is spelt out from its config, so a table says what the row is."""
+  variant = _SEED_SUFFIX.sub("", name)
+  if "cfg-" not in variant or not config:
+    return variant
+  reference = preset_reference(config)
+  return variant if reference is None else _SEED_SUFFIX.sub(
+      "", run_identity.run_name(config, reference, hashed=False))
 
 
 def _numbers(values: Iterable[float | None]) -> list[float]:

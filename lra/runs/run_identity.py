@@ -226,7 +226,8 @@ _PHASES = {"": "a run from scratch", "pretrain": "a self-pretraining run (lra pr
            "spt": "a fine-tune (--init-from)"}
 
 
-def run_name(config: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
+def run_name(config: Mapping[str, Any], reference: Mapping[str, Any], *,
+             hashed: bool = True) -> str:
   """`<preset>[+<phase>,<departures>]_seed<N>`: e.g. `demo_seed0`,
   `demo+mixers.latte.vapor=True_seed0`, `squares+pretrain_seed0` (lra pretrain), `squares+spt_seed0`
   (its fine-tune), `squares+spt,pretrain.train.num_steps=24000_seed0` (a fine-tune from a longer
@@ -235,10 +236,11 @@ def run_name(config: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
 
   Two commands that resolve to one config share a folder, and a different config never lands in
   another's folder (a suffix over 80 characters is replaced by its hash, the phase and a partial
-  start's step kept).
+  start's step kept). `hashed=False`: the whole suffix, for tables to show what a hashed folder
+  name stands for.
   """
   suffix = ",".join([*departures(config, reference), *start_items(config, reference)])
-  if len(suffix) > _MAX_NAME:
+  if hashed and len(suffix) > _MAX_NAME:
     suffix = "cfg-" + hashlib.sha256(suffix.encode()).hexdigest()[:8]
   suffix = ",".join(p for p in (phase(config), _UNSAFE.sub("-", suffix), _partial(config)) if p)
   seed = flatten(config).get(SEED_KEY, 0)
