@@ -308,14 +308,24 @@ SPT_NOTE = ("SPT: fine-tuned from self-pretraining on the task's own training in
             "averaged with the from-scratch runs.")
 
 
-def squares_rank(rows: list[dict[str, Any]], spt: bool = False) -> tuple[float | None, int]:
+def squares_rank(rows: list[dict[str, Any]], spt: bool = False,
+                 own_blocks: bool = False) -> tuple[float | None, int]:
   """Spearman's rank correlation between the squares column (common block, ours; its SPT twin
   with `spt`) and the same mixers' published Pathfinder numbers, and how many mixers have both
-  (None below 3)."""
-  preset = "squares (squares+spt)" if spt else "squares"
-  pairs = [(r["test_accuracy"], r["published"]) for r in rows
-           if r["preset"] == preset and r["published"] is not None
-           and r["test_accuracy"] is not None and r["source"] in RUN_SOURCES]
+  (None below 3). `own_blocks`: a mixer with a row of its own published block
+  (`squares_published`: S5's and Mega-Chunk's) counts with that row instead of its common-block
+  one, beside the same published number (the published rows are of their own blocks)."""
+  suffix = " (squares+spt)" if spt else ""
+  chosen = {r["mixer"]: r for r in rows if r["preset"] == "squares" + suffix
+            and r["test_accuracy"] is not None and r["source"] in RUN_SOURCES}
+  if own_blocks:
+    own = "squares_published" + suffix.replace("squares+", "squares_published+")
+    for r in rows:
+      if (r["preset"] == own and r["mixer"] in chosen and r["test_accuracy"] is not None
+          and r["source"] in RUN_SOURCES):
+        chosen[r["mixer"]] = {**r, "published": chosen[r["mixer"]]["published"]}
+  pairs = [(r["test_accuracy"], r["published"]) for r in chosen.values()
+           if r["published"] is not None]
   if len(pairs) < 3:
     return None, len(pairs)
   return spearman([a for a, _ in pairs], [b for _, b in pairs]), len(pairs)
@@ -323,13 +333,20 @@ def squares_rank(rows: list[dict[str, Any]], spt: bool = False) -> tuple[float |
 
 def _squares_rank_line(rows: list[dict[str, Any]], column: str = "this column",
                        spt: bool = False) -> str:
-  """squares_rank as a sentence; `column`: how the line names the squares column."""
+  """squares_rank as a sentence, with the own blocks' version where it differs; `column`: how
+  the line names the squares column."""
   rho, count = squares_rank(rows, spt)
   if rho is None:
     return (f"Rank correlation of {column} with the published Pathfinder column: needs 3 "
             f"mixers with both, {count} so far.")
-  return (f"Spearman's rank correlation between {column} and the published Pathfinder "
-          f"column, over the {count} mixers with both: {rho:+.2f}.")
+  line = (f"Spearman's rank correlation between {column} and the published Pathfinder "
+          f"column, over the {count} mixers with both: {rho:+.2f}")
+  own, _ = squares_rank(rows, spt, own_blocks=True)
+  if own is not None and own != rho:
+    line += (f"; {own:+.2f} with S5's and Mega-Chunk's own blocks (`squares_published`, today's "
+             "preset) in place of their common-block rows, beside the same published Pathfinder "
+             "numbers (their own blocks')")
+  return line + "."
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:
