@@ -55,6 +55,11 @@ class Peer(Protocol):
   def variables(self) -> dict[str, Any]:
     """Its current variables, in its names."""
 
+  # Optional: `notes`, a list of what the comparison does not see (data order, evaluation, ...),
+  # each with its source in the model's code; the record and its Markdown carry them. `inert`:
+  # {tensor name in `variables()`: why} for parameters that reach no real output in either model
+  # (a pad token's embedding): compared apart, outside the verdict.
+
 
 def _peers() -> dict[str, tuple[str, str, Any]]:
   """mixer -> (the file its clone is recognised by, the repository, the trainer class)."""
@@ -100,6 +105,14 @@ def differences(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> tuple[flo
   return worst, where
 
 
+def _apart(tree: Mapping[str, Any], names: Mapping[str, str]
+           ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+  """A tree's tensors by flat name: those not in `names`, and those in it."""
+  flat = _flat(tree)
+  return ({k: v for k, v in flat.items() if k not in names},
+          {k: v for k, v in flat.items() if k in names})
+
+
 def whole_batch(micro: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
   """A step's micro-batches as the one batch they cut (rows padded to the longest: pads change no
   real output, the mixer contract)."""
@@ -128,7 +141,10 @@ def compare(config: ml_collections.ConfigDict, data, peer: Peer, steps: int,
     theirs_loss = peer.step(whole_batch(micro), step - 1)
     ours = jax.device_get(train.model_variables(state))
     mapped, now = peer.theirs_of(ours), peer.variables()
-    params, where = differences(mapped["params"], jax.device_get(now["params"]))
+    inert = getattr(peer, "inert", {})
+    (ours_live, ours_inert), (theirs_live, theirs_inert) = (
+        _apart(mapped["params"], inert), _apart(jax.device_get(now["params"]), inert))
+    params, where = differences(ours_live, theirs_live)
     stats = (differences(mapped["batch_stats"], jax.device_get(now["batch_stats"]))[0]
              if "batch_stats" in now else None)
     loss = float(sums["loss_sum"]) / max(float(sums["count"]), 1.0)
@@ -136,6 +152,7 @@ def compare(config: ml_collections.ConfigDict, data, peer: Peer, steps: int,
     rows.append({"step": step, "loss_ours": loss, "loss_theirs": theirs_loss,
                  "loss_rel": abs(loss - theirs_loss) / max(abs(theirs_loss), 1e-12),
                  "params_rel": params, "worst_param": where, "batch_stats_rel": stats,
+                 "inert_rel": differences(ours_inert, theirs_inert)[0] if inert else None,
                  "rates_ours": {k: float(f(step - 1)) for k, f in schedules.items()
                                 if k in theirs_rates},
                  "rates_theirs": theirs_rates})
@@ -152,8 +169,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
   rates = next((r["step"] for r in rows if any(
       not np.isclose(r["rates_ours"][k], v, rtol=1e-6, atol=0.0)
       for k, v in r["rates_theirs"].items())), None)
+  inert = [r["inert_rel"] for r in rows if r.get("inert_rel") is not None]
   return {"steps": len(rows), "max_loss_rel": max(r["loss_rel"] for r in rows),
           "max_params_rel": max(r["params_rel"] for r in rows),
+          "max_inert_rel": max(inert) if inert else None,
           "first_parting_step": parted, "first_rate_difference_step": rates,
           "equal": parted is None}
 
@@ -180,6 +199,9 @@ def markdown(report: dict[str, Any]) -> str:
            f"{PARAM_TOLERANCE:g})." + (
                f" The learning rates first differ at step {s['first_rate_difference_step']}."
                if s["first_rate_difference_step"] else " The learning rates agree at every step."),
+           *([""] + [f"Compared apart, as they reach no real output in either model: `{name}`, "
+                     f"{why}; largest relative difference {s['max_inert_rel']:.1e}."
+                     for name, why in report["inert"].items()] if report.get("inert") else []),
            "", "| step | loss, ours | loss, theirs | loss rel. diff. | params rel. diff. | "
            "largest at | BatchNorm stats rel. diff. | rates, ours | rates, theirs |",
            "|---:|---:|---:|---:|---:|---|---:|---|---|"]
@@ -191,6 +213,9 @@ def markdown(report: dict[str, Any]) -> str:
       lines.append(f"| {r['step']} | {r['loss_ours']:.6f} | {r['loss_theirs']:.6f} | "
                    f"{r['loss_rel']:.1e} | {r['params_rel']:.1e} | {r['worst_param']} | {stats} "
                    f"| {rate(r['rates_ours'])} | {rate(r['rates_theirs'])} |")
+  if report.get("notes"):
+    lines += ["", "What the comparison does not see, from reading their code:", ""]
+    lines += [f"- {note}" for note in report["notes"]]
   return "\n".join(lines) + "\n"
 
 
@@ -226,7 +251,8 @@ def main(args, overrides: list[str]) -> int:
             "clone_commit": _commit(args.against_trainer), "task": config.task,
             "preset": config.preset, "device": device_name(jax.devices()[0]),
             "date": datetime.date.today().isoformat(), "jax": jax.__version__,
-            "summary": summary(rows), "rows": rows}
+            "summary": summary(rows), "inert": dict(getattr(peer, "inert", {})),
+            "notes": list(getattr(peer, "notes", [])), "rows": rows}
   text = markdown(report)
   print(text)
   write_outputs(report, text, json_path=args.json, md_path=args.md)
