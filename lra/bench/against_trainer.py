@@ -7,7 +7,8 @@ its own code applies. After every step the loss, every parameter and BatchNorm's
 compared: per tensor max |ours - theirs| / max |theirs|, the largest over tensors. The first step
 where the parameters part by more than float rounding is where the two trainers differ: a rate, an
 optimizer group, a block, the data path. A peer is a model's own code run from the user's clone
-(lra.bench.peer_s5; never copied here), behind the small interface `Peer` names.
+(lra.bench.peer_s5, lra.bench.peer_latte; never copied here), behind the small interface `Peer`
+names.
 """
 from __future__ import annotations
 
@@ -63,8 +64,10 @@ class Peer(Protocol):
 
 def _peers() -> dict[str, tuple[str, str, Any]]:
   """mixer -> (the file its clone is recognised by, the repository, the trainer class)."""
-  from lra.bench import peer_s5
-  return {"s5": (peer_s5.MARKER, "https://github.com/lindermanlab/S5", peer_s5.S5Trainer)}
+  from lra.bench import peer_latte, peer_s5
+  return {"s5": (peer_s5.MARKER, "https://github.com/lindermanlab/S5", peer_s5.S5Trainer),
+          "latte": (peer_latte.MARKER, "https://github.com/raresdolga/latte_transformer",
+                    peer_latte.LatteTrainer)}
 
 
 def peer_mixer(clone: Path) -> str:

@@ -62,7 +62,8 @@ def add_parser(commands) -> None:
                        "--steps calls per side")
   trainer = bench.add_argument_group(
       "against a model's own trainer (--against-trainer CLONE)", "Our training loop and the "
-      "model's own trainer (lindermanlab/S5's from a clone of it) from the same start on the "
+      "model's own trainer (lindermanlab/S5's or raresdolga/latte_transformer's, from a clone of "
+      "it) from the same start on the "
       "same batches, dropout off, each at its own learning rates: loss, parameters and BatchNorm "
       "statistics compared after every step, and the step where they first part. --task and "
       "--preset name the run; --readme writes the block of every record in --json's folder "
