@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 
 from lra import errors
 from lra.bench.common import device_name, recorded_command, write_block, write_outputs
@@ -60,6 +62,56 @@ class Peer(Protocol):
   # each with its source in the model's code; the record and its Markdown carry them. `inert`:
   # {tensor name in `variables()`: why} for parameters that reach no real output in either model
   # (a pad token's embedding): compared apart, outside the verdict.
+
+
+class OwnStep:
+  """Our model and optimizer stepped on each whole batch outside our loop: the same maths as our
+  loop in another summation order (one batch, not micro-batches; another program). Compared with
+  our loop (`--control`) it shows how far float rounding alone carries two runs apart over the
+  same steps: the floor a peer's parting is read against."""
+
+  name = "our own step"
+  source = ("lra.bench.against_trainer.OwnStep: our model (models/build.py) and optimizer "
+            "(lra/training/optim.py), one jitted step on the whole batch")
+
+  def __init__(self, config: ml_collections.ConfigDict, spec):
+    from lra.models.build import build_model
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.model.dropout = 0.0
+    self.model = build_model(config, spec)
+    self.tx = optim.make_optimizer(config.train, optim.ssm_params(config))
+    self.schedule = optim.learning_rate_schedule(config.train)
+    self._update = jax.jit(self._step)
+
+  def _step(self, variables, opt, batch):
+    stats = {k: v for k, v in variables.items() if k != "params"}
+
+    def loss_fn(params):
+      # BatchNorm trains on the batch's statistics (deterministic=False; dropout is off).
+      logits, new = self.model.apply({"params": params, **stats}, batch,
+                                     deterministic=not stats, mutable=list(stats))
+      loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"])
+      return jnp.mean(loss), new
+    (loss, new), grads = jax.value_and_grad(loss_fn, has_aux=True)(variables["params"])
+    updates, opt = self.tx.update(grads, opt, variables["params"])
+    return {"params": optax.apply_updates(variables["params"], updates), **new}, opt, loss
+
+  def start(self, variables: Mapping[str, Any]) -> None:
+    self.state = dict(variables)
+    self.opt = self.tx.init(self.state["params"])
+
+  def rates(self, step: int) -> dict[str, float]:
+    return {"learning_rate": float(self.schedule(step))}
+
+  def step(self, batch: dict[str, np.ndarray], step: int) -> float:
+    self.state, self.opt, loss = self._update(self.state, self.opt, batch)
+    return float(loss)
+
+  def theirs_of(self, variables: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(variables)
+
+  def variables(self) -> dict[str, Any]:
+    return self.state
 
 
 def _peers() -> dict[str, tuple[str, str, Any]]:
@@ -190,6 +242,8 @@ def _commit(clone: Path) -> str | None:
 
 def markdown(report: dict[str, Any]) -> str:
   s = report["summary"]
+  control = report.get("control")
+  by_step = {r["step"]: r for r in control["rows"]} if control else {}
   verdict = ("equal within float rounding" if s["equal"] else
              f"they part at step {s['first_parting_step']}")
   lines = [f"# Our loop against {report['peer']}'s own trainer: {report['task']}, preset "
@@ -205,21 +259,37 @@ def markdown(report: dict[str, Any]) -> str:
            *([""] + [f"Compared apart, as they reach no real output in either model: `{name}`, "
                      f"{why}; largest relative difference {s['max_inert_rel']:.1e}."
                      for name, why in report["inert"].items()] if report.get("inert") else []),
+           *([""] + [control_sentence(report["control"]["summary"])] if control else []),
            "", "| step | loss, ours | loss, theirs | loss rel. diff. | params rel. diff. | "
-           "largest at | BatchNorm stats rel. diff. | rates, ours | rates, theirs |",
-           "|---:|---:|---:|---:|---:|---|---:|---|---|"]
+           "largest at | BatchNorm stats rel. diff. | rates, ours | rates, theirs |"
+           + (" control: loss, params rel. diff. |" if control else ""),
+           "|---:|---:|---:|---:|---:|---|---:|---|---|" + ("---:|" if control else "")]
   shown = {1, 2, 3, 5, 10, 20, 50} | set(range(100, s["steps"] + 1, 100)) | {s["steps"]}
   for r in report["rows"]:
     if r["step"] in shown or r["step"] == s["first_parting_step"]:
       stats = "" if r["batch_stats_rel"] is None else f"{r['batch_stats_rel']:.1e}"
       rate = lambda d: ", ".join(f"{v:.3g}" for v in d.values())  # noqa: E731
+      own = by_step.get(r["step"])
       lines.append(f"| {r['step']} | {r['loss_ours']:.6f} | {r['loss_theirs']:.6f} | "
                    f"{r['loss_rel']:.1e} | {r['params_rel']:.1e} | {r['worst_param']} | {stats} "
-                   f"| {rate(r['rates_ours'])} | {rate(r['rates_theirs'])} |")
+                   f"| {rate(r['rates_ours'])} | {rate(r['rates_theirs'])} |"
+                   + (f" {own['loss_rel']:.1e}, {own['params_rel']:.1e} |" if own else
+                      " |" if control else ""))
   if report.get("notes"):
     lines += ["", "What the comparison does not see, from reading their code:", ""]
     lines += [f"- {note}" for note in report["notes"]]
   return "\n".join(lines) + "\n"
+
+
+def control_sentence(s: Mapping[str, Any]) -> str:
+  """What the control (our loop against OwnStep) says, for a record's Markdown."""
+  verdict = ("they stay equal within float rounding" if s["equal"] else
+             f"they part at step {s['first_parting_step']}")
+  return (f"Control (`--control`): our loop against our own model and optimizer stepped on each "
+          f"whole batch, the same maths in another summation order: {verdict}; largest relative "
+          f"difference of the loss {s['max_loss_rel']:.1e}, of the parameters "
+          f"{s['max_params_rel']:.1e}. That is how far float rounding alone carries two runs "
+          "apart over these steps.")
 
 
 def block(reports: Sequence[dict[str, Any]], links: Sequence[str]) -> str:
@@ -231,6 +301,10 @@ def block(reports: Sequence[dict[str, Any]], links: Sequence[str]) -> str:
   for report, link in zip(reports, links):
     s = report["summary"]
     verdict = ("equal" if s["equal"] else f"part at step {s['first_parting_step']}")
+    own = (report.get("control") or {}).get("summary")
+    if own:
+      verdict += (f" (control: {'equal' if own['equal'] else 'part at step '}"
+                  f"{'' if own['equal'] else own['first_parting_step']})")
     lines.append(f"| {report['peer']} | {report['task']}, `{report['preset']}` | {s['steps']} | "
                  f"{s['max_loss_rel']:.1e} | {s['max_params_rel']:.1e} | {verdict} | "
                  f"[{Path(link).name}]({link}) |")
@@ -250,12 +324,19 @@ def main(args, overrides: list[str]) -> int:
   peer = peer_for(args.against_trainer, config, data.spec)
   with tempfile.TemporaryDirectory() as work:
     rows = compare(config, data, peer, args.trainer_steps, Path(work) / "run")
+    control = (compare(config, data, OwnStep(config, data.spec), args.trainer_steps,
+                       Path(work) / "control") if args.control else None)
   report = {"command": recorded_command(), "peer": peer.name, "source": peer.source,
             "clone_commit": _commit(args.against_trainer), "task": config.task,
             "preset": config.preset, "device": device_name(jax.devices()[0]),
             "date": datetime.date.today().isoformat(), "jax": jax.__version__,
             "summary": summary(rows), "inert": dict(getattr(peer, "inert", {})),
-            "notes": list(getattr(peer, "notes", [])), "rows": rows}
+            "notes": list(getattr(peer, "notes", [])),
+            "control": None if control is None else {
+                "peer": OwnStep.source, "summary": summary(control),
+                "rows": [{k: r[k] for k in ("step", "loss_rel", "params_rel", "worst_param")}
+                         for r in control]},
+            "rows": rows}
   text = markdown(report)
   print(text)
   write_outputs(report, text, json_path=args.json, md_path=args.md)

@@ -71,6 +71,10 @@ def add_parser(commands) -> None:
   trainer.add_argument("--against-trainer", type=Path, metavar="CLONE",
                        help="the clone of the model's own repository")
   trainer.add_argument("--task", help="the run's task (e.g. pathfinder)")
+  trainer.add_argument("--control", action="store_true",
+                       help="also compare our loop with our own model and optimizer stepped on "
+                       "each whole batch (the same maths, another summation order): how far "
+                       "float rounding alone carries two runs apart over the same steps")
   trainer.add_argument("--trainer-steps", type=int, default=200, metavar="N",
                        help="steps each trains (default 200)")
   epoch = bench.add_argument_group(
