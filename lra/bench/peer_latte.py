@@ -7,9 +7,10 @@ models/modules/common_layers.py and latte.py; mean pooling; a linear head), buil
 LRATaskConfig at our config's settings (their experiments/config/listops.yaml for ListOps), and
 jax_trainer.py's optimizer (Trainer.prepare_optimizer and get_scheduler: clip_by_global_norm(1.0),
 then inject_hyperparams(adamw) at their cosine schedule, weight decay 0.01), TrainState and
-train_step. Their files import torch, datasets, wandb, distrax and tqdm where they are never used
-by these parts: while the files load, what is not installed gets a stand-in (torch's DataLoader,
-tqdm), `eval_utils.sample` (language-model sampling, which needs distrax) always does, and
+train_step. Of the files these need, jax_trainer.py imports torch (its DataLoader) and tqdm, and
+models/tasks.py eval_utils/sample.py (language-model sampling, with distrax), none of which these
+parts use (experiments/lra.py, with datasets and wandb, is not loaded): while the files load, what
+is not installed gets a stand-in (torch's DataLoader, tqdm), `eval_utils.sample` always does, and
 `jax.tree_flatten` / `jax.tree_map` (gone from today's JAX) exist. The names their files import
 absolutely (`config`, `eval_utils`) point at the clone's files only while they load, under a
 private package, so no module of the user's is shadowed. Their code relies on NumPy's rank
