@@ -102,7 +102,7 @@ def test_inert_parameters_are_compared_apart_from_the_verdict(setting, tmp_path)
   rows = against_trainer.compare(config, data, peer, 3, tmp_path / "run")
   summary = against_trainer.summary(rows)
   assert summary["equal"] and summary["max_params_rel"] < against_trainer.PARAM_TOLERANCE
-  assert summary["max_inert_rel"] > 0.1 and all(r["worst_param"] != "head_out/bias" for r in rows)
+  assert summary["max_inert_rel"] > 0.1 and all(r["worst_tensor"] != "head_out/bias" for r in rows)
   report = {"command": "lra bench", "peer": peer.name, "source": peer.source,
             "clone_commit": None, "task": "listops", "preset": "smoke", "device": "cpu",
             "date": "today", "summary": summary, "inert": peer.inert,

@@ -357,7 +357,7 @@ def main(args, overrides: list[str]) -> int:
             "notes": list(getattr(peer, "notes", [])),
             "control": None if control is None else {
                 "peer": OwnStep.source, "summary": summary(control),
-                "rows": [{k: r[k] for k in ("step", "loss_rel", "params_rel", "worst_param")}
+                "rows": [{k: r[k] for k in ("step", "loss_rel", "params_rel", "worst_tensor")}
                          for r in control]},
             "rows": rows}
   text = markdown(report)
