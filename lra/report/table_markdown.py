@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from lra.report.published import load_published
 from lra.report.table_rules import (AVG_TASKS, CHANCE_MARGIN, COMMITTED, CPU_PRESETS, LRA_TASKS,
                                     PROTOCOL_PRESETS, PUBLISHED, RUN_SOURCES, STATISTICS,
                                     TASK_TITLES, YOURS, decimals, group)
@@ -334,7 +335,6 @@ def squares_rank(rows: list[dict[str, Any]], spt: bool = False,
 
 def _own_block_published() -> dict[str, str]:
   """Each own block's published Pathfinder number (lra/reference/published_lra.csv), by mixer."""
-  from lra.report.tables import load_published  # pylint: disable=import-outside-toplevel (a cycle)
   return {r["mixer"]: r["pathfinder"] for r in load_published()
           if r["mixer"] in OWN_BLOCKS and r["pathfinder"] not in ("", "FAIL")}
 
