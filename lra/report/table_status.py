@@ -276,7 +276,8 @@ class Status:
             "each token attends to its own block of that many; test at the best validation step, "
             "beside full attention of the same preset):\n\n"
             "  | task (preset) | window (tokens) | share of the longest sequence | local | softmax "
-            "| chance |\n  |---|---:|---:|---:|---:|---:|\n" + "\n".join(f"  {line}" for line in lines))
+            "| chance |\n  |---|---:|---:|---:|---:|---:|\n"
+            + "\n".join(f"  {line}" for line in lines))
 
   def not_run(self, next_row: bool = True) -> str:
     """What has not been run: untouched tasks and the full-size rows (`next_row`: with the
