@@ -185,7 +185,7 @@ def readme_body(rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]], own:
   # Without protocol rows the section would only say so (the README's status says it already),
   # and the CPU table then needs no heading of its own.
   parts = [*_protocol_part(protocol, h, mixed), _cpu_heading(h)] if protocol else []
-  parts.append(_cpu_summary(cpu_rows, mixed) if cpu_rows else _NO_CPU_RUN)
+  parts.append(_cpu_summary(cpu_rows, mixed, variants=False) if cpu_rows else _NO_CPU_RUN)
   return "\n\n".join(parts) + "\n"
 
 
@@ -245,20 +245,28 @@ def _block(row: dict[str, Any]) -> str:
   return f"{block}, {departures}" if departures else block
 
 
+def _departs(row: dict[str, Any]) -> bool:
+  """Whether a row's runs depart from their preset (a line "common block, KEY=VALUE...")."""
+  return "," in _block(row)
+
+
 def _column_title(task: str, family: str, spt: bool) -> str:
   title = SQUARES_TITLE if family == "squares" else TASK_TITLES[task]
   return title + (", SPT" if spt else "")
 
 
-def _cpu_summary(rows: list[dict[str, Any]], mixed: bool = False) -> str:
+def _cpu_summary(rows: list[dict[str, Any]], mixed: bool = False,
+                 variants: bool = True) -> str:
   """One line per mixer and block (the common block, or S5's and Mega-Chunk's own under the
   *_published presets), one column per CPU task (Pathfinder on squares apart from LRA's), the same
   mixer's published number beside each; under it, how the squares column ranks the mixers against
-  their published Pathfinder numbers."""
+  their published Pathfinder numbers. Without `variants` (the README: one page), the lines of runs
+  with settings of their own are left to lra.md, and a sentence says how many."""
+  shown = rows if variants else [r for r in rows if not _departs(r)]
   columns = [(t, f, spt) for t in LRA_TASKS for f in ("laptop", "squares")
-             for spt in (False, True) if any(_cpu_column(r) == (t, f, spt) for r in rows)]
+             for spt in (False, True) if any(_cpu_column(r) == (t, f, spt) for r in shown)]
   lines: dict[tuple, dict[tuple, dict[str, Any]]] = {}
-  for r in rows:
+  for r in shown:
     lines.setdefault((_mixer(r, mixed), _block(r)), {})[_cpu_column(r)] = r
   # The published number stands beside a task's first column (from scratch, or SPT alone).
   published = {column: not column[2] or (column[0], column[1], False) not in columns
@@ -279,10 +287,15 @@ def _cpu_summary(rows: list[dict[str, Any]], mixed: bool = False) -> str:
         cells.append(_published_of(lines[(mixer, block)], column))
     body.append(cells)
   parts = [_md_table(header, body)]
+  left = len({(_mixer(r, mixed), _block(r)) for r in rows if _departs(r)}) if not variants else 0
+  notes = (f"{left} more line(s), of runs with settings of their own (studies, and rows before "
+           "a mend): [results/tables/lra.md](results/tables/lra.md). ") if left else ""
   if any(family == "squares" for _, family, _ in columns):
-    parts.append(SQUARES_NOTE + " " + " ".join(
+    parts.append(notes + SQUARES_NOTE + " " + " ".join(
         _squares_rank_line(rows, _column_title("pathfinder", "squares", spt), spt=spt)
         for spt in (False, True) if ("pathfinder", "squares", spt) in columns))
+  elif notes:
+    parts.append(notes.strip())
   if any(spt for *_, spt in columns):
     parts.append(SPT_NOTE)
   return "\n\n".join(parts)
