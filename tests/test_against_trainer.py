@@ -86,6 +86,51 @@ def test_a_first_step_at_the_peak_rate_is_where_the_trainers_part(setting, tmp_p
   assert not summary["equal"] and summary["max_params_rel"] > 10 * against_trainer.PARAM_TOLERANCE
 
 
+class WithInert(StandIn):
+  """A stand-in whose head bias sits 1.0 off ours, declared `inert` (as the Latte peer declares
+  the pad token's embedding row): compared apart, outside the verdict."""
+  inert = {"head_out/bias": "a parameter off by design"}
+
+  def variables(self):
+    return {"params": {**self.params, "head_out": {
+        **self.params["head_out"], "bias": self.params["head_out"]["bias"] + 1.0}}}
+
+
+def test_inert_parameters_are_compared_apart_from_the_verdict(setting, tmp_path):
+  config, data = setting
+  peer = WithInert(config, data.spec)
+  rows = against_trainer.compare(config, data, peer, 3, tmp_path / "run")
+  summary = against_trainer.summary(rows)
+  assert summary["equal"] and summary["max_params_rel"] < against_trainer.PARAM_TOLERANCE
+  assert summary["max_inert_rel"] > 0.1 and all(r["worst_tensor"] != "head_out/bias" for r in rows)
+  report = {"command": "lra bench", "peer": peer.name, "source": peer.source,
+            "clone_commit": None, "task": "listops", "preset": "smoke", "device": "cpu",
+            "date": "today", "summary": summary, "inert": peer.inert,
+            "notes": ["a note (its source)"], "rows": rows}
+  text = against_trainer.markdown(report)
+  assert "`head_out/bias`, a parameter off by design" in text and "- a note (its source)" in text
+
+
+def test_our_own_step_on_the_whole_batch_is_the_control(setting, tmp_path):
+  """OwnStep (--control): our model and optimizer outside our loop, on each whole batch; equal to
+  our loop within rounding here, and its figures go into the record's Markdown beside the peer's."""
+  config, data = setting
+  rows = against_trainer.compare(config, data, against_trainer.OwnStep(config, data.spec), 4,
+                                 tmp_path / "run")
+  summary = against_trainer.summary(rows)
+  assert summary["equal"] and summary["first_rate_difference_step"] is None, rows
+  report = {"command": "lra bench", "peer": "stand-in", "source": "here", "clone_commit": None,
+            "task": "listops", "preset": "smoke", "device": "cpu", "date": "today",
+            "summary": summary, "rows": rows,
+            "control": {"summary": summary, "rows": [
+                {k: r[k] for k in ("step", "loss_rel", "params_rel")} for r in rows]}}
+  text = against_trainer.markdown(report)
+  assert "Control (`--control`)" in text and "control: loss, params rel. diff." in text
+  first = next(line for line in text.splitlines() if line.startswith("| 1 |"))
+  assert first.endswith(f"| {rows[0]['loss_rel']:.1e}, {rows[0]['params_rel']:.1e} |")
+  assert "(control: equal)" in against_trainer.block([report], ["record.json"])
+
+
 def test_differences_name_the_tensor_that_parts_most():
   ours = {"a": {"w": np.ones(3)}, "b": np.zeros(2)}
   theirs = {"a": {"w": np.array([1.0, 1.0, 1.5])}, "b": np.zeros(2)}

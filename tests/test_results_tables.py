@@ -525,7 +525,9 @@ def test_squares_are_their_own_column_never_lras_pathfinder_with_the_rank_correl
   ro, rp = rank([ours[n] for n in names]), rank([published[n] for n in names])
   d2 = sum((ro[ours[n]] - rp[published[n]]) ** 2 for n in names)
   rho = 1 - 6 * d2 / (len(names) * (len(names) ** 2 - 1))
-  assert (f"over the {len(names)} mixers with both: {rho:+.2f}.") in body
+  assert (f"over the {len(names)} mixers with both: {rho:+.2f}") in body
+  # S5's own block (squares_published) counts beside its own block's published row, apart.
+  assert f"over {len(names) + 1} with S5's and Mega-Chunk's own blocks" in body
   assert "NOT LRA's Pathfinder" in body
 
 
@@ -953,3 +955,24 @@ def test_one_rounding_rule_for_every_report():
   assert decimals(56.675) == decimals(0.56675 * 100) == "56.68" and decimals(-0.005) == "-0.01"
   assert status.cell([{"status": "complete", "test_accuracy": t} for t in (0.5, 0.6335)]) == (
       "56.68 (n=2)")
+
+
+def test_the_locality_profile_is_local_attention_at_each_window_beside_full_attention(tmp_path):
+  """docs/status.md's "what a local model reaches": one line per window Local Attention ran with
+  (the preset's own block, and `mixers.local.block=N` runs), its share of the longest sequence,
+  beside softmax of the same preset; a local run with other settings is not a window."""
+  from lra.report import table_status, tables
+  res = tmp_path / "results"
+  for run, block, accuracy in (("laptop_seed0", 50, 0.30), ("laptop+mixers.local.block=8_seed0",
+                                                              8, 0.20)):
+    config = {"task": "listops", "preset": "laptop", "model": {"mixer": "local", "dim": 8},
+              "mixers": {"local": {"block": block}}, "train": {"seed": 0, "num_steps": 20}}
+    write_run(res, "listops", "local", "laptop", 0, accuracy, run=run, config=config,
+              tokens=2000)
+  write_run(res, "listops", "local", "laptop", 0, 0.9, run="laptop+train.learning_rate=0.1_seed0")
+  write_run(res, "listops", "softmax", "laptop", 0, 0.37)
+  page = table_status.Status(tables._build(res)[1]["task_rows"], res).locality()
+  assert "| ListOps (`laptop`) | 8 | 0.4% | 20.00% | 37.00% | 10.00% |" in page
+  assert "| ListOps (`laptop`) | 50 | 2.5% | 30.00% | 37.00% | 10.00% |" in page
+  assert "90.00%" not in page  # a learning-rate run is not a window
+  assert page.index("| 8 |") < page.index("| 50 |")

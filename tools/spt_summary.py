@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-from cpu_table import TableRun, table_runs
+from cpu_table import BEFORE_S5_MEND, TableRun, before_s5_mend, table_runs
 from pathfinder_study import CHANCE_LEFT, ROOT
 
 from lra.report.table_rules import decimals
@@ -76,6 +76,7 @@ def pilot_rows(runs: list[TableRun]) -> list[str]:
            "|---|---:|---:|---:|---:|---:|---:|---:|"]
   for run in (r for r in runs if r.group == "pilot" and r.phase == "spt"):
     scratch = TableRun(run.mixer, run.preset, run.seed)
+    scratch = before_s5_mend(scratch) if run.committed_as else scratch
     pre = held_out(run.pretraining) if run.pretraining.complete() else {}
     steps = run.pretraining.record().get("step", 0) if run.pretraining.complete() else 0
     block = run.mixer + (" (own block)" if run.preset.endswith("_published") else "") + (
@@ -200,8 +201,9 @@ def beyond_floors() -> list[str]:
 # from length buckets before the preset padded BatchNorm's batches to the task's length
 # (results/runs/listops/README.md, "S5's own architecture on the laptop budget"): the
 # nearest row, named as such.
-SCRATCH_AS = {("listops", "s5", "laptop_published"): "laptop_published+data.bucketing=True,"
-                                                      "data.padding=batch"}
+SCRATCH_AS = {("listops", "s5", "laptop_published"): "laptop_published+cfg-f063e946",
+              # The pilot's own-block seeds from scratch, made before issue 78's mend.
+              ("pathfinder", "s5", "squares_published"): BEFORE_S5_MEND["pathfinder", "", None]}
 
 
 def scratch_twin(run: TableRun) -> TableRun:

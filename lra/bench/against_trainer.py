@@ -7,7 +7,8 @@ its own code applies. After every step the loss, every parameter and BatchNorm's
 compared: per tensor max |ours - theirs| / max |theirs|, the largest over tensors. The first step
 where the parameters part by more than float rounding is where the two trainers differ: a rate, an
 optimizer group, a block, the data path. A peer is a model's own code run from the user's clone
-(lra.bench.peer_s5; never copied here), behind the small interface `Peer` names.
+(lra.bench.peer_s5, lra.bench.peer_latte; never copied here), behind the small interface `Peer`
+names.
 """
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 
 from lra import errors
 from lra.bench.common import device_name, recorded_command, write_block, write_outputs
@@ -55,11 +58,68 @@ class Peer(Protocol):
   def variables(self) -> dict[str, Any]:
     """Its current variables, in its names."""
 
+  # Optional: `notes`, a list of what the comparison does not see (data order, evaluation, ...),
+  # each with its source in the model's code; the record and its Markdown carry them. `inert`:
+  # {tensor name in `variables()`: why} for parameters that reach no real output in either model
+  # (a pad token's embedding): compared apart, outside the verdict.
+
+
+class OwnStep:
+  """Our model and optimizer stepped on each whole batch outside our loop: the same maths as our
+  loop in another summation order (one batch, not micro-batches; another program). Compared with
+  our loop (`--control`) it shows how far float rounding alone carries two runs apart over the
+  same steps: the floor a peer's parting is read against."""
+
+  name = "our own step"
+  source = ("lra.bench.against_trainer.OwnStep: our model (models/build.py) and optimizer "
+            "(lra/training/optim.py), one jitted step on the whole batch")
+
+  def __init__(self, config: ml_collections.ConfigDict, spec):
+    from lra.models.build import build_model
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.model.dropout = 0.0
+    self.model = build_model(config, spec)
+    self.tx = optim.make_optimizer(config.train, optim.ssm_params(config))
+    self.schedule = optim.learning_rate_schedule(config.train)
+    self._update = jax.jit(self._step)
+
+  def _step(self, variables, opt, batch):
+    stats = {k: v for k, v in variables.items() if k != "params"}
+
+    def loss_fn(params):
+      # BatchNorm trains on the batch's statistics (deterministic=False; dropout is off).
+      logits, new = self.model.apply({"params": params, **stats}, batch,
+                                     deterministic=not stats, mutable=list(stats))
+      loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"])
+      return jnp.mean(loss), new
+    (loss, new), grads = jax.value_and_grad(loss_fn, has_aux=True)(variables["params"])
+    updates, opt = self.tx.update(grads, opt, variables["params"])
+    return {"params": optax.apply_updates(variables["params"], updates), **new}, opt, loss
+
+  def start(self, variables: Mapping[str, Any]) -> None:
+    self.state = dict(variables)
+    self.opt = self.tx.init(self.state["params"])
+
+  def rates(self, step: int) -> dict[str, float]:
+    return {"learning_rate": float(self.schedule(step))}
+
+  def step(self, batch: dict[str, np.ndarray], step: int) -> float:
+    self.state, self.opt, loss = self._update(self.state, self.opt, batch)
+    return float(loss)
+
+  def theirs_of(self, variables: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(variables)
+
+  def variables(self) -> dict[str, Any]:
+    return self.state
+
 
 def _peers() -> dict[str, tuple[str, str, Any]]:
   """mixer -> (the file its clone is recognised by, the repository, the trainer class)."""
-  from lra.bench import peer_s5
-  return {"s5": (peer_s5.MARKER, "https://github.com/lindermanlab/S5", peer_s5.S5Trainer)}
+  from lra.bench import peer_latte, peer_s5
+  return {"s5": (peer_s5.MARKER, "https://github.com/lindermanlab/S5", peer_s5.S5Trainer),
+          "latte": (peer_latte.MARKER, "https://github.com/raresdolga/latte_transformer",
+                    peer_latte.LatteTrainer)}
 
 
 def peer_mixer(clone: Path) -> str:
@@ -104,6 +164,14 @@ def differences(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> tuple[flo
   return (gap / size) ** 0.5 if size else gap ** 0.5, worst, where
 
 
+def _apart(tree: Mapping[str, Any], names: Mapping[str, str]
+           ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+  """A tree's tensors by flat name: those not in `names`, and those in it."""
+  flat = _flat(tree)
+  return ({k: v for k, v in flat.items() if k not in names},
+          {k: v for k, v in flat.items() if k in names})
+
+
 def whole_batch(micro: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
   """A step's micro-batches as the one batch they cut (rows padded to the longest: pads change no
   real output, the mixer contract)."""
@@ -132,7 +200,10 @@ def compare(config: ml_collections.ConfigDict, data, peer: Peer, steps: int,
     theirs_loss = peer.step(whole_batch(micro), step - 1)
     ours = jax.device_get(train.model_variables(state))
     mapped, now = peer.theirs_of(ours), peer.variables()
-    params, tensor, where = differences(mapped["params"], jax.device_get(now["params"]))
+    inert = getattr(peer, "inert", {})
+    (ours_live, ours_inert), (theirs_live, theirs_inert) = (
+        _apart(mapped["params"], inert), _apart(jax.device_get(now["params"]), inert))
+    params, tensor, where = differences(ours_live, theirs_live)
     stats = (differences(mapped["batch_stats"], jax.device_get(now["batch_stats"]))[1]
              if "batch_stats" in now else None)
     loss = float(sums["loss_sum"]) / max(float(sums["count"]), 1.0)
@@ -141,6 +212,7 @@ def compare(config: ml_collections.ConfigDict, data, peer: Peer, steps: int,
                  "loss_rel": abs(loss - theirs_loss) / max(abs(theirs_loss), 1e-12),
                  "params_rel": params, "worst_tensor_rel": tensor, "worst_tensor": where,
                  "batch_stats_rel": stats,
+                 "inert_rel": differences(ours_inert, theirs_inert)[0] if inert else None,
                  "rates_ours": {k: float(f(step - 1)) for k, f in schedules.items()
                                 if k in theirs_rates},
                  "rates_theirs": theirs_rates})
@@ -157,8 +229,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
   rates = next((r["step"] for r in rows if any(
       not np.isclose(r["rates_ours"][k], v, rtol=1e-6, atol=0.0)
       for k, v in r["rates_theirs"].items())), None)
+  inert = [r["inert_rel"] for r in rows if r.get("inert_rel") is not None]
   return {"steps": len(rows), "max_loss_rel": max(r["loss_rel"] for r in rows),
           "max_params_rel": max(r["params_rel"] for r in rows),
+          "max_inert_rel": max(inert) if inert else None,
           "first_parting_step": parted, "first_rate_difference_step": rates,
           "equal": parted is None}
 
@@ -173,6 +247,8 @@ def _commit(clone: Path) -> str | None:
 
 def markdown(report: dict[str, Any]) -> str:
   s = report["summary"]
+  control = report.get("control")
+  by_step = {r["step"]: r for r in control["rows"]} if control else {}
   verdict = ("equal within float rounding" if s["equal"] else
              f"they part at step {s['first_parting_step']}")
   departs = report.get("departures") or []
@@ -186,22 +262,51 @@ def markdown(report: dict[str, Any]) -> str:
            f"{PARAM_TOLERANCE:g})." + (
                f" The learning rates first differ at step {s['first_rate_difference_step']}."
                if s["first_rate_difference_step"] else " The learning rates agree at every step."),
+           *([""] + [f"Compared apart, as they reach no real output in either model: `{name}`, "
+                     f"{why}; largest relative difference {s['max_inert_rel']:.1e}."
+                     for name, why in report["inert"].items()] if report.get("inert") else []),
+           *([""] + [control_sentence(report["control"]["summary"])] if control else []),
            "", "Loss: |ours - theirs| / |theirs|; parameters: ||ours - theirs|| / ||theirs|| over "
            "every parameter, and the tensor with the largest max |ours - theirs| / max |theirs| "
            "(where to look first); BatchNorm's running statistics likewise.", "",
            "| step | loss, ours | loss, theirs | loss rel. diff. | params rel. diff. | "
-           "largest tensor diff. | BatchNorm stats rel. diff. | rates, ours | rates, theirs |",
-           "|---:|---:|---:|---:|---:|---|---:|---|---|"]
+           "largest tensor diff. | BatchNorm stats rel. diff. | rates, ours | rates, theirs |"
+           + (" control: loss, params rel. diff. |" if control else ""),
+           "|---:|---:|---:|---:|---:|---|---:|---|---|" + ("---:|" if control else "")]
   shown = {1, 2, 3, 5, 10, 20, 50} | set(range(100, s["steps"] + 1, 100)) | {s["steps"]}
   for r in report["rows"]:
     if r["step"] in shown or r["step"] == s["first_parting_step"]:
       stats = "" if r["batch_stats_rel"] is None else f"{r['batch_stats_rel']:.1e}"
       rate = lambda d: ", ".join(f"{v:.3g}" for v in d.values())  # noqa: E731
+      own = by_step.get(r["step"])
       lines.append(f"| {r['step']} | {r['loss_ours']:.6f} | {r['loss_theirs']:.6f} | "
-                   f"{r['loss_rel']:.1e} | {r['params_rel']:.1e} | {r['worst_tensor_rel']:.1e} "
-                   f"({r['worst_tensor']}) | {stats} "
-                   f"| {rate(r['rates_ours'])} | {rate(r['rates_theirs'])} |")
+                   f"{r['loss_rel']:.1e} | {r['params_rel']:.1e} | {_worst(r)} | {stats} "
+                   f"| {rate(r['rates_ours'])} | {rate(r['rates_theirs'])} |"
+                   + (f" {own['loss_rel']:.1e}, {own['params_rel']:.1e} |" if own else
+                      " |" if control else ""))
+  if report.get("notes"):
+    lines += ["", "What the comparison does not see, from reading their code:", ""]
+    lines += [f"- {note}" for note in report["notes"]]
   return "\n".join(lines) + "\n"
+
+
+def _worst(row: Mapping[str, Any]) -> str:
+  """The tensor that differs most, with its difference (records from before it was measured
+  name the tensor only)."""
+  if "worst_tensor" in row:
+    return f"{row['worst_tensor_rel']:.1e} ({row['worst_tensor']})"
+  return row.get("worst_param", "")
+
+
+def control_sentence(s: Mapping[str, Any]) -> str:
+  """What the control (our loop against OwnStep) says, for a record's Markdown."""
+  verdict = ("they stay equal within float rounding" if s["equal"] else
+             f"they part at step {s['first_parting_step']}")
+  return (f"Control (`--control`): our loop against our own model and optimizer stepped on each "
+          f"whole batch, the same maths in another summation order: {verdict}; largest relative "
+          f"difference of the loss {s['max_loss_rel']:.1e}, of the parameters "
+          f"{s['max_params_rel']:.1e}. That is how far float rounding alone carries two runs "
+          "apart over these steps.")
 
 
 def block(reports: Sequence[dict[str, Any]], links: Sequence[str]) -> str:
@@ -213,6 +318,10 @@ def block(reports: Sequence[dict[str, Any]], links: Sequence[str]) -> str:
   for report, link in zip(reports, links):
     s = report["summary"]
     verdict = ("equal" if s["equal"] else f"part at step {s['first_parting_step']}")
+    own = (report.get("control") or {}).get("summary")
+    if own:
+      verdict += (f" (control: {'equal' if own['equal'] else 'part at step '}"
+                  f"{'' if own['equal'] else own['first_parting_step']})")
     preset = "+".join([report["preset"], *([",".join(report["departures"])]
                                            if report.get("departures") else [])])
     lines.append(f"| {report['peer']} | {report['task']}, `{preset}` | {s['steps']} | "
@@ -236,13 +345,21 @@ def main(args, overrides: list[str]) -> int:
   peer = peer_for(args.against_trainer, config, data.spec)
   with tempfile.TemporaryDirectory() as work:
     rows = compare(config, data, peer, args.trainer_steps, Path(work) / "run")
+    control = (compare(config, data, OwnStep(config, data.spec), args.trainer_steps,
+                       Path(work) / "control") if args.control else None)
   report = {"command": recorded_command(), "peer": peer.name, "source": peer.source,
             "clone_commit": _commit(args.against_trainer), "task": config.task,
             "preset": config.preset, "departures": run_identity.departures(
                 config.to_dict(), reference_config(config.to_dict()).to_dict()),
             "device": device_name(jax.devices()[0]),
             "date": datetime.date.today().isoformat(), "jax": jax.__version__,
-            "summary": summary(rows), "rows": rows}
+            "summary": summary(rows), "inert": dict(getattr(peer, "inert", {})),
+            "notes": list(getattr(peer, "notes", [])),
+            "control": None if control is None else {
+                "peer": OwnStep.source, "summary": summary(control),
+                "rows": [{k: r[k] for k in ("step", "loss_rel", "params_rel", "worst_tensor")}
+                         for r in control]},
+            "rows": rows}
   text = markdown(report)
   print(text)
   write_outputs(report, text, json_path=args.json, md_path=args.md)

@@ -101,6 +101,13 @@ class S5Trainer:
     # ours lacks) and is told each sequence's length (`padded`): it pools over real tokens only,
     # but scans and normalises the pads, which ours never lets reach a real token.
     self.pixels, self.vocab = m.embedding == "dense", spec.vocab_size
+    self.notes = [] if self.pixels else [
+        "S5's token model reads each pad as the one-hot id 0 through its encoder's Dense layer "
+        "(bias included), scans those inputs in both directions and normalises them in "
+        "BatchNorm; it is told each sequence's length for its pooling only (s5/seq_model.py, "
+        "s5/layers.py, s5/ssm.py). Ours enters pads as zeros and keeps them from every real "
+        "token (the mixer contract): on any batch with pads the two differ from the first step, "
+        "by design of the suite, not by a defect of either trainer."]
     self.patch, self.config = m.patch, config
     code = load(Path(clone))
     lam, v, v_inv = s5_init.block_diagonal_init(s5.state_size, s5.blocks)

@@ -62,7 +62,8 @@ def add_parser(commands) -> None:
                        "--steps calls per side")
   trainer = bench.add_argument_group(
       "against a model's own trainer (--against-trainer CLONE)", "Our training loop and the "
-      "model's own trainer (lindermanlab/S5's from a clone of it) from the same start on the "
+      "model's own trainer (lindermanlab/S5's or raresdolga/latte_transformer's, from a clone of "
+      "it) from the same start on the "
       "same batches, dropout off, each at its own learning rates: loss, parameters and BatchNorm "
       "statistics compared after every step, and the step where they first part. --task and "
       "--preset name the run; --readme writes the block of every record in --json's folder "
@@ -70,6 +71,10 @@ def add_parser(commands) -> None:
   trainer.add_argument("--against-trainer", type=Path, metavar="CLONE",
                        help="the clone of the model's own repository")
   trainer.add_argument("--task", help="the run's task (e.g. pathfinder)")
+  trainer.add_argument("--control", action="store_true",
+                       help="also compare our loop with our own model and optimizer stepped on "
+                       "each whole batch (the same maths, another summation order): how far "
+                       "float rounding alone carries two runs apart over the same steps")
   trainer.add_argument("--trainer-steps", type=int, default=200, metavar="N",
                        help="steps each trains (default 200)")
   epoch = bench.add_argument_group(

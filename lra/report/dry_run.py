@@ -270,8 +270,7 @@ def describe(config: ml_collections.ConfigDict, overrides: Sequence[str],
   width = max(len(f"{k} = {v!r}") for k, v, _ in rows)
   # What `lra run` itself would refuse, in its words (a folder of another run, a changed file).
   from lra.runs import pack  # pylint: disable=import-outside-toplevel
-  from lra.runs.config_loading import preset_reference  # pylint: disable=import-outside-toplevel
-  refused = pack.refusal(run_dir, config.to_dict(), preset_reference(config.to_dict()) or {})
+  refused = pack.refusal(run_dir, config.to_dict(), reference)  # today's preset, resolved once
   folder = (f"{_run_folder_state(run_dir, verdict=False)}; `lra run` refuses it: it {refused}"
             if refused else _run_folder_state(run_dir))
   lines = [f"{task} x {config.model.mixer} (preset {preset}): dry run, nothing is trained or "

@@ -232,6 +232,9 @@ def main(args: argparse.Namespace) -> int:
   return 0
 
 
+LABEL_VARIANT = 28  # characters of a point's departures shown beside its mixer
+
+
 def accuracy_against_speed(summary: pd.DataFrame, fig: Figure | None = None) -> Figure:
   """Test accuracy (at the best val step) against training steps/s: one panel per task and
   preset (speeds compare only there), one colour per mixer in every panel, each point labelled
@@ -268,6 +271,9 @@ def accuracy_against_speed(summary: pd.DataFrame, fig: Figure | None = None) -> 
       # had to tell configs apart.
       variant = (row.variant[len(row.preset):] if row.variant.startswith(row.preset)
                  else f" ({row.variant})")
+      # Keys without their section, and a long list cut: a label must fit its panel.
+      variant = re.sub(r"(?<=[+,])[a-z_]+\.(?=[\w.]+=)", "", variant)
+      variant = variant if len(variant) <= LABEL_VARIANT else variant[:LABEL_VARIANT - 1] + "…"
       config = row.label[row.label.index(" [config"):] if " [config" in row.label else ""
       yours = " (yours)" if getattr(row, "source", None) == "yours" else ""
       texts.append(f"{row.mixer}{variant}{config}{yours}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from lra.report.published import load_published
 from lra.report.table_rules import (AVG_TASKS, CHANCE_MARGIN, COMMITTED, CPU_PRESETS, LRA_TASKS,
                                     PROTOCOL_PRESETS, PUBLISHED, RUN_SOURCES, STATISTICS,
                                     TASK_TITLES, YOURS, decimals, group)
@@ -297,6 +298,8 @@ def _published_of(by_column: dict[tuple, dict[str, Any]], column: tuple) -> str:
 
 
 SQUARES_TITLE = "Pathfinder, 4x4 squares"
+# The mixers whose published rows are of their own blocks (configs/published.py).
+OWN_BLOCKS = ("s5", "mega")
 SQUARES_NOTE = ("Pathfinder, 4x4 squares: NOT LRA's Pathfinder but its easy set with each 4x4 "
                 "pixel square one token (64 tokens; preset `squares`, docs/presets_cpu.md); the "
                 "published figures beside it are the 1,024-pixel task's.")
@@ -308,28 +311,49 @@ SPT_NOTE = ("SPT: fine-tuned from self-pretraining on the task's own training in
             "averaged with the from-scratch runs.")
 
 
-def squares_rank(rows: list[dict[str, Any]], spt: bool = False) -> tuple[float | None, int]:
+def squares_rank(rows: list[dict[str, Any]], spt: bool = False,
+                 own_blocks: bool = False) -> tuple[float | None, int]:
   """Spearman's rank correlation between the squares column (common block, ours; its SPT twin
   with `spt`) and the same mixers' published Pathfinder numbers, and how many mixers have both
-  (None below 3)."""
-  preset = "squares (squares+spt)" if spt else "squares"
-  pairs = [(r["test_accuracy"], r["published"]) for r in rows
-           if r["preset"] == preset and r["published"] is not None
-           and r["test_accuracy"] is not None and r["source"] in RUN_SOURCES]
+  (None below 3). `own_blocks`: S5 and Mega-Chunk also count, with the rows of their own blocks
+  (`squares_published`, today's preset) beside their own blocks' published rows (their common
+  blocks have no published number)."""
+  suffix = " (squares+spt)" if spt else ""
+  ours = [r for r in rows if r["test_accuracy"] is not None and r["source"] in RUN_SOURCES]
+  chosen = {r["mixer"]: (r["test_accuracy"], r["published"]) for r in ours
+            if r["preset"] == "squares" + suffix and r["published"] is not None}
+  if own_blocks:
+    published = _own_block_published()
+    own = "squares_published" + suffix.replace("squares+", "squares_published+")
+    chosen.update({r["mixer"]: (r["test_accuracy"], published[r["mixer"]]) for r in ours
+                   if r["preset"] == own and r["mixer"] in published})
+  pairs = [(a, float(b)) for a, b in chosen.values()]
   if len(pairs) < 3:
     return None, len(pairs)
   return spearman([a for a, _ in pairs], [b for _, b in pairs]), len(pairs)
 
 
+def _own_block_published() -> dict[str, str]:
+  """Each own block's published Pathfinder number (lra/reference/published_lra.csv), by mixer."""
+  return {r["mixer"]: r["pathfinder"] for r in load_published()
+          if r["mixer"] in OWN_BLOCKS and r["pathfinder"] not in ("", "FAIL")}
+
+
 def _squares_rank_line(rows: list[dict[str, Any]], column: str = "this column",
                        spt: bool = False) -> str:
-  """squares_rank as a sentence; `column`: how the line names the squares column."""
+  """squares_rank as a sentence, with the own blocks' version where it differs; `column`: how
+  the line names the squares column."""
   rho, count = squares_rank(rows, spt)
   if rho is None:
     return (f"Rank correlation of {column} with the published Pathfinder column: needs 3 "
             f"mixers with both, {count} so far.")
-  return (f"Spearman's rank correlation between {column} and the published Pathfinder "
-          f"column, over the {count} mixers with both: {rho:+.2f}.")
+  line = (f"Spearman's rank correlation between {column} and the published Pathfinder "
+          f"column, over the {count} mixers with both: {rho:+.2f}")
+  own, with_own = squares_rank(rows, spt, own_blocks=True)
+  if own is not None and with_own > count:
+    line += (f"; {own:+.2f} over {with_own} with S5's and Mega-Chunk's own blocks "
+             "(`squares_published`) beside their own blocks' published rows")
+  return line + "."
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:

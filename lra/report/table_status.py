@@ -250,6 +250,35 @@ class Status:
       text += f" No run at all: {_names(never)}."
     return text
 
+  def locality(self) -> str:
+    """What a local model reaches: Local Attention (`local`) at each window it ran with on
+    ListOps `laptop` and Pathfinder `squares`, beside full attention (softmax) of the same preset,
+    as a small table ("" before any such run). A window is `mixers.local.block`: each position
+    attends to the real positions of its own block of that many consecutive tokens."""
+    lines = []
+    for task, preset, title in LOCALITY_PRESETS:
+      runs = self.rows.get(task, [])
+      windows = sorted((block, row) for row in runs if row["mixer"] == "local"
+                       and (block := _local_block(task, preset, row["preset"])) is not None)
+      if not windows:
+        continue
+      full = next((r for r in self._task(task, preset) if r["mixer"] == "softmax"), None)
+      tokens = next((r["tokens"] for _, r in windows if _known(r.get("tokens"))), None)
+      for block, row in windows:
+        share = f"{block / tokens:.1%}" if tokens else "?"
+        chance = _pct(row["chance_accuracy"]) if _known(row.get("chance_accuracy")) else "?"
+        lines.append(f"| {title} | {block} | {share} | {_pct(row['test_accuracy'])}"
+                     f"{_seeds(row)} | {_pct(full['test_accuracy']) if full else '-'} | "
+                     f"{chance} |")
+    if not lines:
+      return ""
+    return ("**What a local model reaches** (Local Attention, `mixers.local.block` = the window: "
+            "each token attends to its own block of that many; test at the best validation step, "
+            "beside full attention of the same preset):\n\n"
+            "  | task (preset) | window (tokens) | share of the longest sequence | local | softmax "
+            "| chance |\n  |---|---:|---:|---:|---:|---:|\n"
+            + "\n".join(f"  {line}" for line in lines))
+
   def not_run(self, next_row: bool = True) -> str:
     """What has not been run: untouched tasks and the full-size rows (`next_row`: with the
     ledger's next, where the text does not give it already)."""
@@ -301,7 +330,7 @@ class Status:
   def page_block(self) -> str:
     """docs/status.md's figures, one paragraph per task or kind of run."""
     lines = [self.listops(brief=False), self.pathfinder(), self.squares(brief=False),
-             self.spt(brief=False), self.synthetic(), self.paper_rows(),
+             self.spt(brief=False), self.locality(), self.synthetic(), self.paper_rows(),
              self.not_run(next_row=not self.ledger)]
     body = "\n".join(f"- {line}" for line in lines if line)
     return f"{PAGE_MARKERS[0]}\n{_GENERATED}\n\n{body}\n\n{PAGE_MARKERS[1]}"
@@ -394,6 +423,23 @@ def _every_seed(spt: list[Row], scratch: dict[str, Row]) -> str:
   return (f"; of the {len(names)} run on several seeds, every seed learns for {len(with_spt)} with "
           f"SPT ({', '.join(with_spt) or 'none'}) and {len(before)} from scratch "
           f"({', '.join(before) or 'none'})")
+
+
+# The locality profile's runs (issue 81, item 5): (task, preset, how its table names it).
+LOCALITY_PRESETS = (("listops", "laptop", "ListOps (`laptop`)"),
+                    ("pathfinder", "squares", "Pathfinder, 4x4 squares (`squares`)"))
+
+
+def _local_block(task: str, preset: str, label: str) -> int | None:
+  """The window of a `local` row labelled `label`: the preset's own block for the plain preset,
+  the run's `mixers.local.block=N` where that is its one setting; None for any other row."""
+  if label == preset:
+    from lra.runs.config_loading import resolve_config  # pylint: disable=import-outside-toplevel
+    return int(resolve_config(task, "local", preset, []).mixers.local.block)
+  match = _VARIANT.fullmatch(label)
+  if match and match[1] == preset and re.fullmatch(r"mixers\.local\.block=\d+", match[2]):
+    return int(match[2].split("=")[1])
+  return None
 
 
 def _scores(rows: list[Row]) -> str:

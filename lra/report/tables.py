@@ -28,6 +28,7 @@ import pandas as pd
 
 from lra import errors
 from lra.report import results, run_summary, table_markdown, table_status, timings
+from lra.report.published import PUBLISHED_STATISTICS, REFERENCE_CSV, load_published  # noqa: F401
 from lra.runs import writers
 from lra.configs import pathfinder as pathfinder_config
 # The shared rules, re-exported: callers read them as tables.LRA_TASKS etc.
@@ -39,8 +40,6 @@ from lra.report.table_rules import (AVG_TASKS, CHANCE_MARGIN, COMMITTED,  # noqa
 # Classes per LRA task, for the chance marks of published rows (ours carry their own).
 LRA_NUM_CLASSES = {"listops": 10, "text": 2, "retrieval": 2, "image": 10, "pathfinder": 2,
                    "pathx": 2}
-PUBLISHED_STATISTICS = ("best_test", "last", "unstated")
-REFERENCE_CSV = Path(__file__).resolve().parents[1] / "reference" / "published_lra.csv"
 README_START, README_END = "<!-- lra-table:start -->", "<!-- lra-table:end -->"
 
 TASK_COLUMNS = ["source", "model", "mixer", "preset", "num_runs", "runs",
@@ -50,28 +49,6 @@ TASK_COLUMNS = ["source", "model", "mixer", "preset", "num_runs", "runs",
                 "majority_accuracy", "at_chance", "published", "published_statistic", "delta",
                 "published_model", "steps_per_s", "num_params", "seq_len", "tokens", "num_steps",
                 "examples_seen", "wall_time_s", "device", "reference"]
-
-
-def load_published(path: Path = REFERENCE_CSV) -> list[dict[str, str]]:
-  """Rows of the published-results CSV (accuracies in %, 'FAIL' or '' where there is none)."""
-  with open(path, newline="") as f:
-    rows = list(csv.DictReader(f))
-  expected = {"model", "mixer", "settings", "statistic", *LRA_TASKS, "source"}
-  if not rows or not expected <= set(rows[0]):
-    raise errors.BadValue(f"{path}: expected columns {sorted(expected)}, found "
-                          f"{sorted(rows[0]) if rows else 'no rows'}")
-  for line, row in enumerate(rows, start=2):
-    if row["statistic"] not in PUBLISHED_STATISTICS:
-      raise errors.BadValue(f"{path}:{line}: statistic is '{row['statistic']}', expected one of "
-                            f"{', '.join(PUBLISHED_STATISTICS)}")
-    for task in LRA_TASKS:
-      if row[task] not in ("", "FAIL"):
-        try:
-          float(row[task])
-        except ValueError:
-          raise errors.BadValue(f"{path}:{line}: {task} is '{row[task]}', expected a percentage, "
-                                "FAIL or empty") from None
-  return rows
 
 
 def _settings_hold(settings: str, config: dict[str, Any]) -> bool:

@@ -79,16 +79,11 @@ def as_recorded(config: dict[str, Any], final: Mapping[str, Any] | None,
   if run_identity.phase(config) != "spt" or run_identity.start_of(config):
     return config
   loaded = (final or {}).get("pretrained") or {}
-  pretraining = None
-  # Where it was loaded from, else where --init-from names it now (a folder moved since, as
-  # when a preset's change gave a committed pretraining the name of its departures).
-  for where in dict.fromkeys(str(w) for w in (loaded.get("run_dir"), config["spt"]["init_from"])
-                             if w):
-    try:
-      pretraining = run_identity.read_config(Path(base) / where / "config.json")
-      break
-    except (OSError, ValueError):
-      continue
+  folder = Path(base) / str(loaded.get("run_dir") or config["spt"]["init_from"])
+  try:
+    pretraining = run_identity.read_config(folder / "config.json")
+  except (OSError, ValueError):
+    pretraining = None
   if pretraining is None and not loaded.get("config_id"):
     return config  # nothing recorded, nothing there: no start to tell
   start = (of_pretraining(pretraining) if pretraining is not None else
