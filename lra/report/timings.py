@@ -36,6 +36,13 @@ NOTED = {
          "what": "`lra check FILE.py:CLASS --fit` of a user's own dilated convolution, with "
                  "training runs on both cores: 2 min 10 s", "source": "issue 80"},
     ],
+    "screen": [
+        {"seconds": 48, "probe_seconds": 9, "cores": 1, "load": "busy",
+         "what": "`lra check my_layers/mean_gate.py:MeanGate --screen` (the README's layer), "
+                 "contract included, on one core beside a training run: 48 s; its ETA said 32 s "
+                 "and its two runs took 31 s", "date": "2026-12-04",
+         "source": "the commit that adds results/screen/ (issue 80)"},
+    ],
 }
 # The GPU rows' reports of the paper ListOps Latte row under sorted micro-batches (the preset's
 # batching since issue 57); the ledger's row gives the whole row's minutes from them.
