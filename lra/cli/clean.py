@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from lra import errors
-from lra.cli.common import add_command, local_results
+from lra.cli.common import add_command, add_results_dir, local_results
 from lra.report.run_summary import STOPPED
 
 
@@ -17,8 +17,7 @@ def add_parser(commands) -> None:
   parser = add_command(
       commands, "clean", "remove your failed and diverged runs, so that `lra run` and `lra "
       "sweep` run them again")
-  parser.add_argument("--results-dir", type=Path, help="your runs' folder (default "
-                      "$LRA_RESULTS_DIR, else results/local under the folder you run lra from)")
+  add_results_dir(parser)
   parser.add_argument("--status", nargs="+", choices=STOPPED, default=list(STOPPED),
                       help="which runs to remove (default: both)")
   parser.add_argument("--dry-run", action="store_true", help="list them, remove nothing")

@@ -27,6 +27,12 @@ def add_command(commands: Any, name: str, help: str, **kwargs: Any) -> argparse.
   return commands.add_parser(name, help=help, **kwargs)
 
 
+def add_results_dir(parser: argparse.ArgumentParser) -> None:
+  """--results-dir for the commands that read one's own runs (status, clean)."""
+  parser.add_argument("--results-dir", type=Path, help="your runs' folder (default "
+                      "$LRA_RESULTS_DIR, else results/local under the folder you run lra from)")
+
+
 def committed_beside(results_dir: Path) -> Path | None:
   """The repository's committed results, shown beside the runs of another folder (None when
   `results_dir` is that folder, or this is not a checkout)."""

@@ -4,15 +4,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lra.cli.common import local_results, add_command, committed_beside
+from lra.cli.common import add_command, add_results_dir, committed_beside, local_results
 
 
 def add_parser(commands) -> None:
   parser = add_command(
       commands, "status", "which task x mixer x preset runs are complete (score), in progress "
       "(step of steps) or not run: yours and the repository's committed ones")
-  parser.add_argument("--results-dir", type=Path, help="your runs' folder (default "
-                      "$LRA_RESULTS_DIR, else results/local under the folder you run lra from)")
+  add_results_dir(parser)
   parser.add_argument("--presets", nargs="+", metavar="PRESET", help="the grids to show "
                       "(default: paper, and every preset with a run)")
   parser.add_argument("--mine-only", action="store_true", help="leave out the repository's "

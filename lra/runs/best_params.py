@@ -8,6 +8,7 @@ after unpacking saves a new best checkpoint only when validation improves on the
 """
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,18 @@ def from_orbax(step_dir: Path) -> bytes:
   Reads the saved tree without a model: the state's `params` (and `batch_stats`) only.
   """
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  # Read as a bare tree, the item folder has no _CHECKPOINT_METADATA (its manager keeps that one
+  # level up), and Orbax warns so on every fine-tune's start: a line a user cannot act on.
+  absl = logging.getLogger("absl")
+  level = absl.level
+  absl.setLevel(logging.ERROR)
+  try:
+    return _read_inference(ocp, step_dir)
+  finally:
+    absl.setLevel(level)
+
+
+def _read_inference(ocp: Any, step_dir: Path) -> bytes:
   with ocp.PyTreeCheckpointer() as reader:
     # NumPy on the host: no device placement, and the sharding saved with it is not needed.
     metadata = reader.metadata(Path(step_dir).resolve() / "state")
