@@ -205,8 +205,9 @@ def _commands(block: str) -> list[list[str]]:
 def test_the_readmes_own_layer_steps_run_from_a_folder_of_ones_own(tmp_path, monkeypatch, capsys):
   """README "Test your own layer", in a fresh folder outside the repository: the layer file as
   printed, then every command of the block from that folder. `lra check` and `lra table` run as
-  written; the three training runs run fast variants (the synthetic run on the smoke preset, the
-  hour-long laptop run and the squares run as dry runs)."""
+  written (the screen's runs stood in for: tests/test_screen.py runs a tiny one); the hour-long
+  laptop run and the squares run run as dry runs."""
+  from lra.bench import screen
   from lra.cli import main
   section = _readme_section("Test your own layer")
   code = section.split("```python\n", 1)[1].split("```", 1)[0]
@@ -217,24 +218,26 @@ def test_the_readmes_own_layer_steps_run_from_a_folder_of_ones_own(tmp_path, mon
   monkeypatch.setenv("LRA_DATA_DIR", str(tmp_path / "data"))
   commands = _commands(section.split("```bash\n", 1)[1].split("```", 1)[0])
   assert [c[:3] for c in commands] == [["lra", "check", "my_layers/mean_gate.py:MeanGate"],
-                                       ["lra", "run", "synthetic"], ["lra", "run", "listops"],
-                                       ["lra", "run", "pathfinder"], ["lra", "table"]]
-  assert commands[3][-2:] == ["--preset", "squares"]  # where it stands among the committed rows
-  fast = {"synthetic": ["--preset", "smoke", "--quiet"], "listops": ["--dry-run"],
-          "pathfinder": ["--dry-run"]}
+                                       ["lra", "check", "my_layers/mean_gate.py:MeanGate"],
+                                       ["lra", "run", "listops"], ["lra", "run", "pathfinder"],
+                                       ["lra", "table"]]
+  assert commands[1][3:] == ["--screen"] and commands[3][-2:] == ["--preset", "squares"]
+  ran = []
+  monkeypatch.setattr(screen, "probe", lambda mixer, **kw: ran.append(mixer) or [])
+  monkeypatch.setattr(screen, "screen", lambda mixer, **kw: [
+      screen.Score("mix", 0.0625, 0.0625, 1.0, 1.0, 1.0), screen.Score("learn", 0.5, 0.5, 1.0,
+                                                                       1.0, 1.0)])
+  fast = {"listops": ["--dry-run"], "pathfinder": ["--dry-run"]}
   for command in commands:
     argv = command[1:] + (fast[command[2]] if command[1] == "run" else [])
-    assert main(argv) == 0, command
+    assert main(argv) == (1 if "--screen" in argv else 0), command
     out = capsys.readouterr().out
     if command[1] == "check":
-      assert out.strip().endswith("meets the mixer contract")
+      assert out.strip().splitlines()[-1].startswith(
+          "lra check: my_layers/mean_gate.py:MeanGate meets the mixer contract")
     if command[2:3] == ["pathfinder"]:  # the squares run's own folder, beside the committed ones
       assert "runs/pathfinder/MeanGate@" in out and "/squares_seed0" in out
-  mixer = next(p.name for p in (tmp_path / "results/local/runs/synthetic").iterdir())
-  assert mixer.startswith("MeanGate@")
-  synthetic = (tmp_path / "results/local/tables/synthetic.md").read_text()
-  assert f"| yours | {mixer} | smoke |" in synthetic
-  assert "| committed | latte | paper |" in synthetic  # the built-in rows beside, marked
+  assert ran == ["my_layers/mean_gate.py:MeanGate"]
   lra_md = (tmp_path / "results/local/tables/lra.md").read_text()
   assert "| latte (committed) | ListOps | laptop |" in lra_md
   assert "| Pathfinder, 4x4 squares |" in lra_md  # the committed squares column a row joins
@@ -291,10 +294,15 @@ def test_the_readmes_self_pretraining_commands_run_as_written(tmp_path, monkeypa
   assert f"starts from: the pretraining run {folder}" in capsys.readouterr().out
 
 
-def test_the_readmes_pass_mark_is_the_one_the_code_applies():
-  from lra.report.run_summary import MIXES_AT
-  section = _readme_section("Test your own layer")
-  assert f"pass mark is {100 * MIXES_AT:.0f}% test" in section
+def test_the_readmes_screen_bars_and_reversals_are_the_codes_and_the_records():
+  """The README's line on the screen states the bars the code applies and the second seed's
+  reversals as the committed records count them (results/screen/screen.json)."""
+  from lra.bench import screen
+  section = " ".join(_readme_section("Test your own layer").split())
+  assert f"test >= {100 * screen.MIX.bar:.0f}%" in section
+  assert f"train >= {100 * screen.LEARN.bar:.0f}%" in section
+  flipped, pairs, _ = screen.reversals(screen.load_records())["verdict"]
+  assert f"reversed {flipped} of {pairs} verdicts" in section
 
 
 def test_the_s5_screens_table_is_the_records():

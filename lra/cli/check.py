@@ -1,8 +1,9 @@
 """`lra check MIXER`: the mixer contract's properties, one PASS/FAIL line each (and --fit, the
-fitting screen)."""
+fitting screen; --screen, does it mix and does it learn, beside the built-in mixers)."""
 from __future__ import annotations
 
 import argparse
+import time
 
 from lra import errors
 from lra.cli.common import add_command
@@ -24,11 +25,34 @@ def add_parser(commands) -> None:
                       f"screen ({TRAIN_IMAGES} Pathfinder images as 4x4 squares, {STEPS} steps: "
                       f"{timings.text('fit')}): one that cannot fit them will not learn a "
                       "table's task")
+  parser.add_argument("--screen", action="store_true", help="also screen the mixer: does it mix "
+                      "(the synthetic task's two ends at T=128) and does it learn (the fitting "
+                      f"screen)? An ETA first, then where it stands beside the built-in mixers: "
+                      f"{timings.text('screen')}")
+  parser.add_argument("--spt", action="store_true", help="with --screen: also self-pretrain "
+                      "for 40%% of each part's steps and fine-tune for the rest, against the "
+                      "screen from scratch (twice the time)")
+  parser.add_argument("--seed", type=int, default=0, help="with --screen: train.seed of its runs "
+                      "(default 0; the committed records have 0 and 1)")
   parser.set_defaults(handler=main)
+
+
+def _refuse(args: argparse.Namespace) -> None:
+  """The options that do not go together, each in one line with the command that does."""
+  if args.screen and args.fit:
+    raise errors.BadValue("--fit and --screen: the screen's learn part is the fitting screen; "
+                          f"drop --fit: lra check {args.mixer} --screen")
+  if not args.screen and (args.spt or args.seed):
+    flag = "--spt" if args.spt else f"--seed {args.seed}"
+    raise errors.BadValue(f"{flag} goes with --screen: lra check {args.mixer} --screen {flag}")
+  if args.seed < 0:
+    raise errors.BadValue(f"--seed {args.seed}: a seed is 0 or more (the committed records: 0, "
+                          "1)")
 
 
 def main(args: argparse.Namespace, overrides: list[str]) -> int:
   """The contract's properties, one line each; 1 if any fails."""
+  _refuse(args)
   from lra.configs.common import base_config
   from lra.models.mixers import find_mixer
   from lra.models.mixers.contract import (MEMORY_T, PADS, PROPERTIES, SIGNATURE, MixerContract,
@@ -76,6 +100,8 @@ def main(args: argparse.Namespace, overrides: list[str]) -> int:
              f"of {', '.join(follow)} reads (mend finite first)" if follow else "")
           + (f"; {len(skipped)} skipped until it passes" if skipped else ""))
     return 1
+  if args.screen:
+    return _screen(args, overrides)
   if not args.fit:
     print(f"lra check: {args.mixer} meets the mixer contract")
     return 0
@@ -89,3 +115,33 @@ def main(args: argparse.Namespace, overrides: list[str]) -> int:
            f"does not fit the screen ({fit.train_accuracy:.1%} < {fit_screen.BAR:.0%}): it will "
            "not learn a table's task"))
   return 0 if fit.fits else 1
+
+
+def _screen(args: argparse.Namespace, overrides: list[str]) -> int:
+  """The screen after the contract: its ETA, each part's line, where the mixer stands among the
+  built-in mixers' committed records; 1 unless it mixes and learns (from scratch)."""
+  from lra.bench import screen
+  print(f"lra check: the contract holds; now the screen, seed {args.seed}"
+        f"{' (from scratch, then with SPT)' if args.spt else ''}: making its data where missing "
+        "and timing its runs", flush=True)
+  began = time.monotonic()
+  timed = screen.probe(args.mixer, seed=args.seed, spt=args.spt, overrides=overrides)
+  print(f"screen: {screen.eta_line(timed)}; timing them took "
+        f"{screen.minutes(time.monotonic() - began)}", flush=True)
+  scores = screen.screen(args.mixer, seed=args.seed, spt=args.spt, overrides=tuple(overrides),
+                         say=lambda text: print(text, flush=True))
+  records = screen.load_records()
+  scratch, spt = scores[:len(screen.PARTS)], scores[len(screen.PARTS):]
+  for group, pretrained in ((scratch, False), (spt, True)):
+    for score in group:
+      print(f"  {score.part}{' with SPT' if pretrained else ''} beside the built-in mixers: "
+            + screen.standing(score.score, score.part, records, pretrained))
+  seconds = sum(s.wall_s for s in scratch)
+  print(f"  time: {screen.minutes(seconds)} from scratch"
+        + screen.time_standing(seconds, records, False))
+  for score, tuned in zip(scratch, spt):
+    print(f"  {screen.against(tuned, score)}")
+  print(f"lra check: {args.mixer} meets the mixer contract; the screen: {screen.verdict(scratch)}"
+        + (f" (with SPT: {screen.verdict(spt)})" if spt else "")
+        + "; more: docs/mixers.md#the-screen")
+  return 0 if all(s.passes for s in scratch) else 1

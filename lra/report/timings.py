@@ -4,7 +4,8 @@ the commands' --help and docs/ quote, so they cannot disagree.
 timings.json (beside this module, so an installed copy reads it too) holds each claim's text, the
 places that quote it and the measurements it rests on, each with its source: the committed run
 folders (final.json's wall_time_s, through the tables' rows: the figures docs/status.md gives),
-results/fit_screen/fit.json (steps/s), results/ledger.json and the GPU rows' reports under
+results/fit_screen/fit.json (steps/s), results/screen/screen.json (the screen's times),
+results/ledger.json and the GPU rows' reports under
 results/accelerator/, and NOTED, the measurements no committed file holds (a commit or an issue
 says where each was made). `lra table --committed` rewrites the record with the tables, `lra table
 --check` (CI) fails when it differs from what they give, and tests/test_docs.py checks that every
@@ -35,6 +36,13 @@ NOTED = {
          "what": "`lra check FILE.py:CLASS --fit` of a user's own dilated convolution, with "
                  "training runs on both cores: 2 min 10 s", "source": "issue 80"},
     ],
+    "screen": [
+        {"seconds": 48, "probe_seconds": 9, "cores": 1, "load": "busy",
+         "what": "`lra check my_layers/mean_gate.py:MeanGate --screen` (the README's layer), "
+                 "contract included, on one core beside a training run: 48 s; its ETA said 32 s "
+                 "and its two runs took 31 s", "date": "2026-12-04",
+         "source": "the commit that adds results/screen/ (issue 80)"},
+    ],
 }
 # The GPU rows' reports of the paper ListOps Latte row under sorted micro-batches (the preset's
 # batching since issue 57); the ledger's row gives the whole row's minutes from them.
@@ -42,6 +50,7 @@ PAPER_ROW = "listops-latte-paper-seed0"
 PAPER_REPORTS = ("accelerator/2026-12-04_nvidia-h200_rows/rows_call1.json",
                  "accelerator/2026-12-04_nvidia-h200_rows/rows_call2.json")
 FIT_SOURCE = "fit_screen/fit.json"
+SCREEN_SOURCE = "screen/screen.json"
 
 
 @functools.cache
@@ -119,10 +128,32 @@ def build(task_rows: dict[str, list[dict[str, Any]]], results_dir: Path) -> dict
                     "seconds": round(steps / f["steps_per_s"], 1), "cores": 1,
                     "source": f"results/{FIT_SOURCE}"} for f in fits] + NOTED["fit"]}
 
+  # The screen: each built-in mixer's two runs from scratch (data made and programs compiled
+  # included; the mean of its seeds), on one core beside other runs, with this process's CPU time
+  # beside (what a quiet core would take); and whole commands, NOTED.
+  screens = {}
+  for entry in json.loads((results_dir / SCREEN_SOURCE).read_text()):
+    if not entry["spt"]:
+      screens.setdefault(entry["mixer"], []).append(entry)
+  screened = [{"mixer": mixer, "runs": len(entries),
+               "seconds": round(sum(e["wall_s"] for e in entries) / len(entries), 1),
+               "cpu_seconds": round(sum(e["cpu_s"] for e in entries) / len(entries), 1),
+               "cores": 1, "load": "busy", "source": f"results/{SCREEN_SOURCE}"}
+              for mixer, entries in sorted(screens.items())]
+  walls = sorted(m["seconds"] for m in screened)
+  cpus = sorted(m["cpu_seconds"] for m in screened)
+  claims["screen"] = {
+      "command": "lra check MIXER --screen",
+      "text": f"{_minutes(walls[0])} to {_minutes(walls[-1])} for the built-in mixers on one "
+              f"busy core ({_minutes(cpus[0])} to {_minutes(cpus[-1])} of CPU time), plus "
+              f"~{_minutes(NOTED['screen'][0]['probe_seconds'])} timing its runs first (measured)",
+      "quoted_in": ["README.md", "docs/mixers.md", "lra check --help"],
+      "measured": screened + NOTED["screen"]}
+
   # The CPU presets' runs: each tabled row's wall time (the mean of its seeds).
   for claim, task, preset, where, quoted in (
       ("synthetic", "synthetic", "paper", "for the built-in mixers on a 2-core CPU, often beside "
-       "another run", ["README.md"]),
+       "another run", ["docs/mixers.md"]),
       ("listops_laptop", "listops", "laptop", "on a 2-core CPU",
        ["README.md", "docs/runs.md", "docs/presets_cpu.md", "lra list"]),
       ("pathfinder_laptop", "pathfinder", "laptop", "on one core beside another run",
