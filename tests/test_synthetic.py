@@ -66,14 +66,20 @@ def test_the_summary_of_a_synthetic_run_says_whether_the_mixer_mixes():
         line.strip() for line in run_summary.result_lines(final) if "verdict:" in line)
   assert verdicts["latte/paper_seed0"] == ("verdict: mixes: 100.00% test at the best val step, "
                                            "at or above the pass mark of 95% (the built-in "
-                                           "mixers that mix reach 100%)")
+                                           "mixers that mix reach 98.5-100%)")
   assert verdicts["mega/paper_seed0"] == (
       "verdict: does not mix in 1,500 steps: 58.10% test at the best val step, under the pass "
       "mark of 95% (one end alone gives 25.00%, chance 6.25%; the built-in mixers that mix reach "
-      "100%)")
+      "98.5-100%)")
   failing = {k for k, v in verdicts.items() if v.startswith("verdict: does not mix")}
-  assert failing == {"linformer/paper_seed0", "mega/paper_seed0", "reformer/paper_seed0"}
+  assert failing == {"linformer/paper_seed0", "mega/paper_seed0", "reformer/paper_seed0",
+                     "local/paper_seed0"}  # local attention's blocks of 50 never reach the end
   assert len(verdicts) - len(failing) >= 12  # every other committed run mixes
+  passing = [json.loads(p.read_text())["test_accuracy"] for p in runs
+             if p.parent.name == "paper_seed0" and not verdicts[
+                 p.parent.relative_to(p.parents[2]).as_posix()].startswith("verdict: does not")]
+  low, high = (f"{100 * v:g}" for v in (min(passing), max(passing)))
+  assert run_summary.BUILT_IN_MIXING == f"{low}-{high}%"  # what the verdict line quotes
 
   final = json.loads(runs[0].read_text())
   assert "verdict: none from the smoke preset" in run_summary.result_lines(
