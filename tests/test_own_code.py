@@ -1,6 +1,6 @@
 """tools/own_code/: third-party attention run from a clone as a user layer. Each adapter must give
 what a direct call of the authors' function gives on the same projections; without the clone
-(LRA_PERFORMER_CLONE, default /work/refs/performer) these tests skip."""
+(LRA_PERFORMER_CLONE, default ~/.cache/lra/refs/performer) these tests skip."""
 import importlib.util
 import sys
 from pathlib import Path

@@ -29,6 +29,7 @@ import optax
 
 from lra import errors
 from lra.bench.common import device_name, recorded_command, write_block, write_outputs
+from lra.runs import writers
 from lra.training import optim, train
 
 # Float rounding over a few hundred steps (our loop against S5's, same rates: 3e-5 after 60 steps
@@ -347,7 +348,9 @@ def main(args, overrides: list[str]) -> int:
     rows = compare(config, data, peer, args.trainer_steps, Path(work) / "run")
     control = (compare(config, data, OwnStep(config, data.spec), args.trainer_steps,
                        Path(work) / "control") if args.control else None)
-  report = {"command": recorded_command(), "peer": peer.name, "source": peer.source,
+  # The clone lies wherever its user put it: the record names it CLONE (its commit is kept).
+  command = recorded_command().replace(writers.portable(str(args.against_trainer)), "CLONE")
+  report = {"command": command, "peer": peer.name, "source": peer.source,
             "clone_commit": _commit(args.against_trainer), "task": config.task,
             "preset": config.preset, "departures": run_identity.departures(
                 config.to_dict(), reference_config(config.to_dict()).to_dict()),

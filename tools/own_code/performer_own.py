@@ -2,8 +2,8 @@
 squares because of the model or because of the suite (issue 78)?
 
 What runs is google-research/google-research `performer/fast_attention/jax/fast_attention.py`,
-unedited, loaded from the folder LRA_PERFORMER_CLONE names (default /work/refs/performer: a folder
-holding that file, or a clone of the whole repository); it is read, never copied here. Around it sit
+unedited, loaded from the folder LRA_PERFORMER_CLONE names (default ~/.cache/lra/refs/performer:
+a folder holding that file, or a clone of the whole repository); it is read, never copied here. Around it sit
 the suite's own Performer projections (`qkv` [D,3,H,Dh] and `out`, as models/mixers/performer.py
 makes them), so only the attention differs from the `performer` row.
 
@@ -44,14 +44,14 @@ import jax.numpy as jnp
 from lra.models.mixers.projections import project_qkv
 
 CLONE_ENV = "LRA_PERFORMER_CLONE"
-DEFAULT_CLONE = "/work/refs/performer"
+DEFAULT_CLONE = "~/.cache/lra/refs/performer"
 IN_REPOSITORY = Path("performer/fast_attention/jax/fast_attention.py")
 
 
 def source_file(clone: str | os.PathLike | None = None) -> Path:
   """Their fast_attention.py: in the folder given (or LRA_PERFORMER_CLONE's), or in a clone of
   google-research/google-research there."""
-  root = Path(clone or os.environ.get(CLONE_ENV) or DEFAULT_CLONE)
+  root = Path(clone or os.environ.get(CLONE_ENV) or DEFAULT_CLONE).expanduser()
   for path in (root, root / "fast_attention.py", root / IN_REPOSITORY):
     if path.is_file():
       return path
