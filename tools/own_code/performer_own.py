@@ -4,8 +4,8 @@ squares because of the model or because of the suite (issue 78)?
 What runs is google-research/google-research `performer/fast_attention/jax/fast_attention.py`,
 unedited, loaded from the folder LRA_PERFORMER_CLONE names (default ~/.cache/lra/refs/performer:
 a folder holding that file, or a clone of the whole repository); it is read, never copied here.
-Around it sit the suite's own Performer projections (`qkv` [D,3,H,Dh] and `out`, as models/mixers/performer.py
-makes them), so only the attention differs from the `performer` row.
+Around it sit the suite's own Performer projections (`qkv` [D,3,H,Dh] and `out`, as
+models/mixers/performer.py makes them), so only the attention differs from the `performer` row.
 
 Settings, as the suite's Performer names them:
   kernel="relu" (default): what the squares, laptop and LRA presets run (configs/common.py
