@@ -68,9 +68,14 @@ def setting(data_dir):
 
 def test_a_trainer_that_trains_as_ours_stays_equal_step_by_step(setting, tmp_path):
   config, data = setting
-  rows = against_trainer.compare(config, data, StandIn(config, data.spec), 6, tmp_path / "run")
+  lines = []
+  rows = against_trainer.compare(config, data, StandIn(config, data.spec), 6, tmp_path / "run",
+                                 lines.append)
   summary = against_trainer.summary(rows)
   assert [r["step"] for r in rows] == list(range(1, 7))
+  # Progress: a line before the first (compiling) step, then one per step with both losses.
+  assert len(lines) == 7 and "6 steps each" in lines[0]
+  assert lines[3].strip().startswith("step 3/6: loss ours") and "theirs" in lines[3]
   assert summary["equal"] and summary["first_rate_difference_step"] is None, rows
   # The rows are real comparisons: the losses move while the two stay together.
   assert len({round(r["loss_ours"], 6) for r in rows}) > 1

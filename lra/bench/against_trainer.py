@@ -16,8 +16,10 @@ import datetime
 import json
 import os
 import subprocess
+import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -185,8 +187,11 @@ def whole_batch(micro: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarr
 
 
 def compare(config: ml_collections.ConfigDict, data, peer: Peer, steps: int,
-            run_dir: Path) -> list[dict[str, Any]]:
-  """Our loop and `peer` for `steps` steps from our start on our batches; one row per step."""
+            run_dir: Path, log: Callable[[str], None] = lambda line: None
+            ) -> list[dict[str, Any]]:
+  """Our loop and `peer` for `steps` steps from our start on our batches; one row per step.
+  `log` gets a line per step (the first step compiles both trainers: minutes for a large
+  model on a CPU)."""
   config = ml_collections.ConfigDict(config.to_dict())
   config.model.dropout = 0.0  # masks are drawn differently by each: compare the maths
   s = train.setup(config, data.spec)
@@ -196,6 +201,9 @@ def compare(config: ml_collections.ConfigDict, data, peer: Peer, steps: int,
                "ssm_learning_rate": optim.learning_rate_schedule(
                    config.train, config.train.ssm_learning_rate or config.train.learning_rate)}
   rows: list[dict[str, Any]] = []
+  log(f"against-trainer: our loop and {peer.name}'s trainer, {steps} steps each from the same "
+      "start (the first step compiles both)")
+  started = time.perf_counter()
 
   def on_step(step: int, micro, state, sums) -> bool:
     theirs_loss = peer.step(whole_batch(micro), step - 1)
@@ -217,6 +225,9 @@ def compare(config: ml_collections.ConfigDict, data, peer: Peer, steps: int,
                  "rates_ours": {k: float(f(step - 1)) for k, f in schedules.items()
                                 if k in theirs_rates},
                  "rates_theirs": theirs_rates})
+    r = rows[-1]
+    log(f"  step {step}/{steps}: loss ours {loss:.6f}, theirs {theirs_loss:.6f} (rel. "
+        f"{r['loss_rel']:.1e}); params rel. {params:.1e}; {time.perf_counter() - started:.0f} s")
     return step >= steps
 
   config.eval.every_steps = config.checkpoint.every_steps = config.train.num_steps + 1
@@ -345,9 +356,10 @@ def main(args, overrides: list[str]) -> int:
   data = load_data(config, Path(args.data_dir or default_data_dir()))
   peer = peer_for(args.against_trainer, config, data.spec)
   with tempfile.TemporaryDirectory() as work:
-    rows = compare(config, data, peer, args.trainer_steps, Path(work) / "run")
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    rows = compare(config, data, peer, args.trainer_steps, Path(work) / "run", log)
     control = (compare(config, data, OwnStep(config, data.spec), args.trainer_steps,
-                       Path(work) / "control") if args.control else None)
+                       Path(work) / "control", log) if args.control else None)
   # The clone lies wherever its user put it: the record names it CLONE (its commit is kept).
   command = recorded_command().replace(writers.portable(str(args.against_trainer)), "CLONE")
   report = {"command": command, "peer": peer.name, "source": peer.source,
