@@ -111,9 +111,13 @@ def test_inert_parameters_are_compared_apart_from_the_verdict(setting, tmp_path)
   report = {"command": "lra bench", "peer": peer.name, "source": peer.source,
             "clone_commit": None, "task": "listops", "preset": "smoke", "device": "cpu",
             "date": "today", "summary": summary, "inert": peer.inert,
-            "notes": ["a note (its source)"], "rows": rows}
+            "notes": ["a note (its source)"], "rows": rows,
+            "data": against_trainer.data_summary(data.meta)}
   text = against_trainer.markdown(report)
   assert "`head_out/bias`, a parameter off by design" in text and "- a note (its source)" in text
+  # The record says what data both drew from (its folder is named DATA in the command).
+  train_count = f"train {data.meta['splits']['train']:,}"
+  assert "Data: " in text and train_count in text and "fingerprint sha256:" in text
 
 
 def test_our_own_step_on_the_whole_batch_is_the_control(setting, tmp_path):

@@ -267,7 +267,8 @@ def markdown(report: dict[str, Any]) -> str:
   lines = [f"# Our loop against {report['peer']}'s own trainer: {report['task']}, preset "
            f"`{report['preset']}`" + (f" with {', '.join(departs)}" if departs else ""), "",
            f"`{report['command']}` on {report['device']}, {report['date']}; {report['peer']}: "
-           f"{report['source']} (clone at {report['clone_commit'] or 'an unknown commit'}).", "",
+           f"{report['source']} (clone at {report['clone_commit'] or 'an unknown commit'})."
+           + (f" {data_sentence(report['data'])}" if report.get("data") else ""), "",
            f"{s['steps']} steps from the same start on the same batches, dropout off: largest "
            f"relative difference of the loss {s['max_loss_rel']:.1e}, of the parameters "
            f"{s['max_params_rel']:.1e} ({verdict}; tolerances {LOSS_TOLERANCE:g} and "
@@ -308,6 +309,22 @@ def _worst(row: Mapping[str, Any]) -> str:
   if "worst_tensor" in row:
     return f"{row['worst_tensor_rel']:.1e} ({row['worst_tensor']})"
   return row.get("worst_param", "")
+
+
+def data_summary(meta: Mapping[str, Any]) -> dict[str, Any]:
+  """What a record says of the data both trainers drew from (its folder is named DATA)."""
+  from lra.runs import run_identity
+  source = meta.get("source") if isinstance(meta.get("source"), Mapping) else {}
+  return {"format": source.get("format"), "difficulty": meta.get("difficulty"),
+          "splits": meta.get("splits"),
+          "arrays_sha256": run_identity.arrays_fingerprint(meta.get("arrays"))}
+
+
+def data_sentence(data: Mapping[str, Any]) -> str:
+  splits = ", ".join(f"{k} {v:,}" for k, v in (data.get("splits") or {}).items())
+  kind = ", ".join(str(x) for x in (data.get("format"), data.get("difficulty")) if x)
+  return (f"Data: {kind or 'prepared arrays'} ({splits}; prepared arrays' fingerprint "
+          f"{str(data.get('arrays_sha256'))[:19]}).")
 
 
 def control_sentence(s: Mapping[str, Any]) -> str:
@@ -361,9 +378,13 @@ def main(args, overrides: list[str]) -> int:
     control = (compare(config, data, OwnStep(config, data.spec), args.trainer_steps,
                        Path(work) / "control", log) if args.control else None)
   # The clone lies wherever its user put it: the record names it CLONE (its commit is kept).
+  # The data folder likewise (DATA; the record describes the data it held).
   command = recorded_command().replace(writers.portable(str(args.against_trainer)), "CLONE")
+  if args.data_dir:
+    command = command.replace(writers.portable(str(args.data_dir)), "DATA")
   report = {"command": command, "peer": peer.name, "source": peer.source,
             "clone_commit": _commit(args.against_trainer), "task": config.task,
+            "data": data_summary(data.meta),
             "preset": config.preset, "departures": run_identity.departures(
                 config.to_dict(), reference_config(config.to_dict()).to_dict()),
             "device": device_name(jax.devices()[0]),
