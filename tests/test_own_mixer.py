@@ -89,6 +89,10 @@ def test_lra_check_passes_the_good_layer_and_names_what_the_leaky_one_breaks(lay
   out = capsys.readouterr().out
   assert "FAIL  padding invariance" in out and "PASS  shape" in out
   assert out.strip().splitlines()[-1].endswith("properties fail: padding invariance")
+  # Asked for the fitting screen, it says why none ran instead of ending silently.
+  assert main(["check", f"{layer_file}:Leaky", "--fit"]) == 1
+  assert capsys.readouterr().out.strip().splitlines()[-1].endswith(
+      "padding invariance; --fit not run: it trains only a layer that meets the contract")
   assert main(["check", f"{layer_file}:MeanGate", "--config.model.dim=8"]) == 2
   assert "reads only --config.mixers" in capsys.readouterr().err
 

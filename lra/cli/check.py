@@ -98,7 +98,9 @@ def main(args: argparse.Namespace, overrides: list[str]) -> int:
     print(f"lra check: {len(failed)} of {len(PROPERTIES)} properties fail: {', '.join(causes)}"
           + (f"; {len(follow)} more follow from finite, one cause: y is NaN or inf, which each "
              f"of {', '.join(follow)} reads (mend finite first)" if follow else "")
-          + (f"; {len(skipped)} skipped until it passes" if skipped else ""))
+          + (f"; {len(skipped)} skipped until it passes" if skipped else "")
+          + (f"; --{'screen' if args.screen else 'fit'} not run: it trains only a layer that "
+             "meets the contract" if args.screen or args.fit else ""))
     return 1
   if args.screen:
     return _screen(args, overrides)
