@@ -72,7 +72,9 @@ def main(argv=None) -> int:
   x_val = token_values(pixels, config.model.patch).reshape(EVAL_EXAMPLES, trainer.seq_len, -1)
   y_val = np.asarray(val["label"][:EVAL_EXAMPLES])
   out = args.out.open("w")
-  out.write(json.dumps(vars(args), default=str) + "\n")
+  # No machine paths in a committed record: the clone is CLONE, the output its file's own name.
+  header = {**vars(args), "clone": "CLONE", "out": args.out.name}
+  out.write(json.dumps(header, default=str) + "\n")
   losses, began = [], time.time()
   for step in range(args.steps):
     rates = None if args.schedule == "s5" else tuple(float(f(step)) for f in ours)
