@@ -207,12 +207,12 @@ SCRATCH_AS = {("listops", "s5", "laptop_published"): "laptop_published+cfg-f063e
 
 
 def scratch_twin(run: TableRun) -> TableRun:
-  """The committed from-scratch run an SPT pair is compared with: same task, block and seed."""
+  """The committed from-scratch run an SPT pair is compared with: same task, block and seed, and
+  the same model: a pair committed under its pre-mend name beside the from-scratch run of that
+  time, never beside the preset's rerun after the mend (a different recipe)."""
   twin = TableRun(run.mixer, run.preset, run.seed, task=run.task, group=run.group)
   alias = SCRATCH_AS.get((run.task, run.mixer, run.preset), "")
-  if twin.folder.exists() or not alias:
-    return twin
-  return dataclasses.replace(twin, committed_as=alias)
+  return dataclasses.replace(twin, committed_as=alias) if run.committed_as and alias else twin
 
 
 def _scores(run: TableRun) -> tuple[str, str]:
