@@ -144,7 +144,9 @@ def mixer_configs() -> ml_collections.ConfigDict:
       "sinkhorn": {"block": 50, "iterations": 7, "temperature": 0.75, "gumbel_noise": True},
       # Synthesizer as LRA ran it: one learned [T,T] logit matrix per head added to dot-product
       # attention (Random + Vanilla); max_length 0 = the model's max_len, CLS included (LRA's).
-      "synthesizer": {"mode": "random", "rank": 32, "dot_product": True, "max_length": 0},
+      # query_chunk as softmax's: how it computes, not what.
+      "synthesizer": {"mode": "random", "rank": 32, "dot_product": True, "max_length": 0,
+                      "query_chunk": 0},
   })
 
 

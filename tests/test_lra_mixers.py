@@ -200,10 +200,15 @@ def test_sinkhorn_noise_is_drawn_in_training_only():
 
 # --- Synthesizer. -------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("query_chunk", [0, 8], ids=["one_piece", "query_chunks"])
+@pytest.mark.parametrize("batched", [False, True], ids=["shared_table", "per_example"])
 @pytest.mark.parametrize("dot_product", [True, False], ids=["random+dot", "synthetic_only"])
-def test_synthesizer_is_softmax_of_synthetic_plus_dot_product_logits(dot_product):
+def test_synthesizer_is_softmax_of_synthetic_plus_dot_product_logits(dot_product, batched,
+                                                                      query_chunk):
+  """In one piece and in query chunks (8 does not divide T: the last chunk is padded), for a
+  table shared by the batch (random) and one per example (dense)."""
   q, k, v = _inputs(3, seed=3)
-  synthetic = jax.random.normal(jax.random.PRNGKey(6), (1, H, T, T)) * 2
+  synthetic = jax.random.normal(jax.random.PRNGKey(6), (B if batched else 1, H, T, T)) * 2
 
   def reference(q, k, v, s):
     logits = s + (jnp.einsum("bthd,bshd->bhts", q, k) * D ** -0.5 if dot_product else 0.0)
@@ -212,7 +217,8 @@ def test_synthesizer_is_softmax_of_synthetic_plus_dot_product_logits(dot_product
     return jnp.einsum("bhts,bshd->bthd", weights, v)
 
   fn = lambda q, k, v, s: synthesizer_attention(v, MASK, s, q if dot_product else None,
-                                                k if dot_product else None)
+                                                k if dot_product else None,
+                                                query_chunk=query_chunk)
   _same_values_and_gradients(fn, reference, [q, k, v, synthetic])
 
 

@@ -18,7 +18,8 @@ _CUDNN_DTYPES = ("bfloat16", "float16")
 
 
 def softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
-                      query_chunk: int = 0, implementation: str = "einsum") -> jax.Array:
+                      bias: jax.Array | None = None, query_chunk: int = 0,
+                      implementation: str = "einsum") -> jax.Array:
   """Scaled dot-product attention over real keys.
 
   Args:
@@ -26,6 +27,8 @@ def softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     k: [B,T,H,Dh] keys.
     v: [B,T,H,Dv] values.
     mask: [B,T] bool, True on real tokens; padded keys get zero weight.
+    bias: einsum only: None, or [B,H,Tq,T] or [1,H,Tq,T] logits added to the scaled dot products
+      before the softmax (the Synthesizer's synthetic logits).
     query_chunk: einsum only. If 0 < query_chunk < Tq, queries are taken this many at a time and
       the backward pass recomputes each chunk's weights from its saved log-normaliser (as
       FlashAttention does), so the [B,H,Tq,T] weights never exist whole. Same values up to float
@@ -37,17 +40,22 @@ def softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     [B,Tq,H,Dv].
   """
   implementation = implementation_for(implementation, q.dtype, q.shape[-1])
+  if bias is not None and implementation != "einsum":
+    raise errors.BadValue("softmax_attention: a bias runs on the einsum path, not "
+                          f"{implementation}")
   if implementation == "xla":
     return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None, None, :], implementation="xla")
   if implementation == "cudnn":
     return _cudnn_attention(q, k, v, mask)
   num_queries = q.shape[1]
   if not 0 < query_chunk < num_queries:
-    probs = jax.nn.softmax(_logits(q, k, mask), axis=-1)
+    probs = jax.nn.softmax(_logits(q, k, mask, bias), axis=-1)
     return jnp.einsum("bhts,bshd->bthd", probs, v)
-  num_chunks = -(-num_queries // query_chunk)
-  q = jnp.pad(q, ((0, 0), (0, num_chunks * query_chunk - num_queries), (0, 0), (0, 0)))
-  return _chunked_attention(q, k, v, mask, query_chunk)[:, :num_queries]
+  extra = -(-num_queries // query_chunk) * query_chunk - num_queries
+  q = jnp.pad(q, ((0, 0), (0, extra), (0, 0), (0, 0)))
+  if bias is not None:
+    bias = jnp.pad(bias, ((0, 0), (0, 0), (0, extra), (0, 0)))
+  return _chunked_attention(q, k, v, mask, bias, query_chunk)[:, :num_queries]
 
 
 def implementation_for(implementation: str, dtype, head_dim: int | None) -> str:
@@ -98,9 +106,12 @@ def _cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) 
   return jnp.where(is_suffix[:, None, None, None], y, jnp.nan)
 
 
-def _logits(q: jax.Array, k: jax.Array, mask: jax.Array) -> jax.Array:
-  """[B,Tq,H,Dh], [B,T,H,Dh], [B,T] -> scaled logits [B,H,Tq,T], pads at the dtype's minimum."""
+def _logits(q: jax.Array, k: jax.Array, mask: jax.Array, bias: jax.Array | None) -> jax.Array:
+  """[B,Tq,H,Dh], [B,T,H,Dh], [B,T], bias -> scaled logits [B,H,Tq,T] plus the bias, pads at the
+  dtype's minimum."""
   logits = jnp.einsum("bthd,bshd->bhts", q * q.shape[-1] ** -0.5, k)
+  if bias is not None:
+    logits = logits + bias
   # finfo.min rather than -inf keeps an all-pad row finite (its outputs are ignored anyway).
   return jnp.where(mask[:, None, None, :], logits, jnp.finfo(logits.dtype).min)
 
@@ -115,15 +126,23 @@ def _from_chunks(x: jax.Array) -> jax.Array:
   return jnp.moveaxis(x, 0, 1).reshape(x.shape[1], -1, *x.shape[3:])
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _chunked_attention(q, k, v, mask, chunk):
+def _bias_to_chunks(bias: jax.Array | None, chunk: int) -> jax.Array | None:
+  """[Bb,H,N*Q,T] -> [N,Bb,H,Q,T] (None stays None: lax.map and lax.scan carry it as no leaves)."""
+  if bias is None:
+    return None
+  return jnp.moveaxis(bias.reshape(*bias.shape[:2], -1, chunk, bias.shape[-1]), 2, 0)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _chunked_attention(q, k, v, mask, bias, chunk):
   """softmax_attention with Tq a multiple of `chunk`, one query chunk at a time."""
-  return _chunked_forward(q, k, v, mask, chunk)[0]
+  return _chunked_forward(q, k, v, mask, bias, chunk)[0]
 
 
-def _chunked_forward(q, k, v, mask, chunk):
-  def attend(q_chunk):
-    logits = _logits(q_chunk, k, mask)                       # [B,H,Q,T]
+def _chunked_forward(q, k, v, mask, bias, chunk):
+  def attend(inputs):
+    q_chunk, bias_chunk = inputs
+    logits = _logits(q_chunk, k, mask, bias_chunk)           # [B,H,Q,T]
     top = logits.max(-1, keepdims=True)
     unnormalised = jnp.exp(logits - top)
     total = unnormalised.sum(-1, keepdims=True)
@@ -131,29 +150,36 @@ def _chunked_forward(q, k, v, mask, chunk):
     y = jnp.einsum("bhts,bshd->bthd", unnormalised, v) / jnp.moveaxis(total, 1, 2)
     return y, (top + jnp.log(total))[..., 0]                  # log-normaliser [B,H,Q]
 
-  y, log_norm = jax.lax.map(attend, _to_chunks(q, chunk))
+  y, log_norm = jax.lax.map(attend, (_to_chunks(q, chunk), _bias_to_chunks(bias, chunk)))
   y = _from_chunks(y)
-  return y, (q, k, v, mask, y, log_norm)
+  return y, (q, k, v, mask, bias, y, log_norm)
 
 
 def _chunked_backward(chunk, saved, dy):
-  q, k, v, mask, y, log_norm = saved
+  q, k, v, mask, bias, y, log_norm = saved
   # d(softmax)/d(logits) needs sum_s p_ts dp_ts = sum_d dy_td y_td: a [T] row sum, not a [T,T] one.
   dy_dot_y = jnp.swapaxes(_to_chunks(jnp.einsum("bthd,bthd->bth", dy, y), chunk), 2, 3)  # [N,B,H,Q]
 
   def step(carry, chunk_inputs):
     dk, dv = carry
-    q_chunk, dy_chunk, log_norm_chunk, dy_dot_y_chunk = chunk_inputs
-    probs = jnp.exp(_logits(q_chunk, k, mask) - log_norm_chunk[..., None])    # [B,H,Q,T]
+    q_chunk, bias_chunk, dy_chunk, log_norm_chunk, dy_dot_y_chunk = chunk_inputs
+    probs = jnp.exp(_logits(q_chunk, k, mask, bias_chunk) - log_norm_chunk[..., None])  # [B,H,Q,T]
     dv = dv + jnp.einsum("bhts,bthd->bshd", probs, dy_chunk)
     dprobs = jnp.einsum("bthd,bshd->bhts", dy_chunk, v)
-    dlogits = probs * (dprobs - dy_dot_y_chunk[..., None]) * q.shape[-1] ** -0.5
+    dbias = probs * (dprobs - dy_dot_y_chunk[..., None])    # d(loss)/d(logits) before the scale
+    dlogits = dbias * q.shape[-1] ** -0.5
     dk = dk + jnp.einsum("bhts,bthd->bshd", dlogits, q_chunk)
-    return (dk, dv), jnp.einsum("bhts,bshd->bthd", dlogits, k)
+    if bias_chunk is not None and bias_chunk.shape[0] == 1:  # broadcast over the batch
+      dbias = dbias.sum(0, keepdims=True)
+    return (dk, dv), (jnp.einsum("bhts,bshd->bthd", dlogits, k),
+                      None if bias_chunk is None else dbias.astype(bias_chunk.dtype))
 
-  chunks = (_to_chunks(q, chunk), _to_chunks(dy, chunk), log_norm, dy_dot_y)
-  (dk, dv), dq = jax.lax.scan(step, (jnp.zeros_like(k), jnp.zeros_like(v)), chunks)
-  return _from_chunks(dq), dk, dv, None
+  chunks = (_to_chunks(q, chunk), _bias_to_chunks(bias, chunk), _to_chunks(dy, chunk), log_norm,
+            dy_dot_y)
+  (dk, dv), (dq, dbias) = jax.lax.scan(step, (jnp.zeros_like(k), jnp.zeros_like(v)), chunks)
+  if dbias is not None:  # [N,Bb,H,Q,T] -> [Bb,H,N*Q,T]
+    dbias = jnp.moveaxis(dbias, 0, 2).reshape(bias.shape)
+  return _from_chunks(dq), dk, dv, None, dbias
 
 
 _chunked_attention.defvjp(_chunked_forward, _chunked_backward)

@@ -16,12 +16,14 @@ import jax.numpy as jnp
 
 from lra import errors
 from lra.models.mixers.projections import project_qkv
+from lra.models.mixers.softmax import softmax_attention
 
 MODES = ("random", "factorized_random", "dense")
 
 
 def synthesizer_attention(v: jax.Array, mask: jax.Array, synthetic: jax.Array,
-                          q: jax.Array | None = None, k: jax.Array | None = None) -> jax.Array:
+                          q: jax.Array | None = None, k: jax.Array | None = None, *,
+                          query_chunk: int = 0) -> jax.Array:
   """Softmax over real keys of synthetic logits, plus the dot product's when q, k are given.
 
   Args:
@@ -29,20 +31,16 @@ def synthesizer_attention(v: jax.Array, mask: jax.Array, synthetic: jax.Array,
     mask: [B,T] bool, True on real tokens.
     synthetic: [B,H,T,T] or [1,H,T,T] logits S[t,s].
     q, k: [B,T,H,Dh] queries and keys, or None (synthetic logits alone).
+    query_chunk: queries per chunk (0: all at once), as softmax attention's: the same values, the
+      [B,H,T,T] weights never whole (on a CPU several times faster at 2,000 tokens).
   Returns:
-    [B,T,H,Dv]; O(B H T^2 (Dh + Dv)) time, O(B H T^2) memory, as softmax attention.
+    [B,T,H,Dv]; O(B H T^2 (Dh + Dv)) time, as softmax attention.
   """
-  logits = synthetic
-  if q is not None:
-    logits = logits + jnp.einsum("bthd,bshd->bhts", q * q.shape[-1] ** -0.5, k)
-  allowed = mask[:, None, None, :]
-  # The max is a stabiliser only, over real keys; masking before exp keeps a pad out of the
-  # gradient (as block_sparse.gathered_attention).
-  top = jnp.max(jnp.where(allowed, logits, -jnp.inf), axis=-1, keepdims=True)
-  top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
-  weights = jnp.exp(jnp.where(allowed, logits - top, -jnp.inf))
-  total = jnp.sum(weights, axis=-1, keepdims=True)
-  return jnp.einsum("bhts,bshd->bthd", weights / jnp.where(total > 0, total, 1.0), v)
+  if q is None:
+    # Synthetic logits alone are softmax attention's with a zero dot product: one channel of zeros
+    # costs a T x T pass, where a second implementation of the chunked softmax would cost a copy.
+    q = k = jnp.zeros((*v.shape[:-1], 1), v.dtype)
+  return softmax_attention(q, k, v, mask, bias=synthetic, query_chunk=query_chunk)
 
 
 class SynthesizerMixer(nn.Module):
@@ -54,6 +52,8 @@ class SynthesizerMixer(nn.Module):
     dot_product: add dot-product attention's logits (LRA code: `ignore_dot_product=False`).
     max_length: the longest sequence the synthetic logits cover; 0 takes the model's max_len (the
       task's length, CLS included), as the LRA code does.
+    query_chunk: queries per chunk (0: all at once); how it computes, not what (see
+      `synthesizer_attention`).
   """
   # Read by the contract's memory check (models/mixers/contract.py).
   QUADRATIC = "its synthetic logits, and the dot product's, are [T, T] per head"
@@ -65,6 +65,7 @@ class SynthesizerMixer(nn.Module):
   rank: int = 32
   dot_product: bool = True
   max_length: int = 0
+  query_chunk: int = 0
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
@@ -94,5 +95,6 @@ class SynthesizerMixer(nn.Module):
       hidden = nn.relu(nn.DenseGeneral((h, head_dim), name="dense_syn")(x))
       scores = nn.Dense(cover, name="dense_syn_len")(hidden)[..., :length]    # [B,T,H,T]
       synthetic = jnp.swapaxes(scores, 1, 2)
-    y = synthesizer_attention(v, mask, synthetic.astype(v.dtype), q, k)
+    y = synthesizer_attention(v, mask, synthetic.astype(v.dtype), q, k,
+                              query_chunk=self.query_chunk)
     return nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(y), carry
