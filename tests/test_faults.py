@@ -459,6 +459,17 @@ def test_an_allocation_that_fails_despite_the_estimate_ends_the_run_in_the_same_
   assert (run_dir / "notes.txt").exists()  # kept: it held something before
 
 
+@pytest.mark.parametrize("mixer", ["softmax", "synthesizer"])
+def test_the_quadratic_mixers_query_chunks_are_offered_until_set(mixer):
+  from lra.machine import memory
+  from lra.runs.config_loading import resolve_config
+  offer = f"--config.mixers.{mixer}.query_chunk=128"
+  assert offer in memory.shrinking_settings(resolve_config("listops", mixer, "paper"), "train",
+                                            2, 1)
+  chunked = resolve_config("listops", mixer, "laptop")  # the preset's own 128
+  assert offer not in memory.shrinking_settings(chunked, "train", 2, 1)
+
+
 def test_device_memory_is_read_with_units_and_a_bad_value_says_what_to_set(monkeypatch):
   import jax
   from lra.machine import memory

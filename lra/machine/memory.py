@@ -99,10 +99,11 @@ def shrinking_settings(config: ml_collections.ConfigDict, step: str, need: int |
     half = max(config.eval.batch_size // 2 // jax.device_count(), 1) * jax.device_count()
     if half < config.eval.batch_size:
       settings.append(f"--config.eval.batch_size={half}")
-  if config.model.mixer == "softmax":
+  mixer = config.model.mixer
+  if mixer in ("softmax", "synthesizer") and not config.mixers[mixer].get("query_chunk", 1):
+    settings.append(f"--config.mixers.{mixer}.query_chunk=128")
+  if mixer == "softmax":
     softmax = config.mixers.softmax
-    if not softmax.query_chunk:
-      settings.append("--config.mixers.softmax.query_chunk=128")
     if "implementation" in softmax and softmax.implementation != "cudnn" and (
         jax.devices()[0].platform == "gpu"):
       settings.append("--config.mixers.softmax.implementation=cudnn")
