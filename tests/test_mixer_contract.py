@@ -175,7 +175,7 @@ def test_latte_pad_logit_far_above_the_real_max_has_finite_gradients():
   np.testing.assert_array_equal(np.asarray(grads[1])[0, 3:], 0.0)  # pads get no gradient
 
 
-def test_execution_path_names_softmax_implementation_and_chunks():
+def test_execution_path_names_softmax_implementation_and_chunks_and_the_synthesizers():
   from lra.models.mixers import execution_path
   assert execution_path("softmax", {"query_chunk": 0, "implementation": "auto"},
                         "float32") == "einsum (one piece)"
@@ -183,6 +183,8 @@ def test_execution_path_names_softmax_implementation_and_chunks():
                         head_dim=16) == "einsum (query chunks of 128)"  # f32: einsum anywhere
   assert execution_path("softmax", {"query_chunk": 128, "implementation": "xla"},
                         "float32") == "xla"
+  assert execution_path("synthesizer", {"query_chunk": 128}, "bfloat16") == (
+      "einsum (query chunks of 128)")
   assert execution_path("latte", mixer_configs()["latte"].to_dict(), "float32") == ""
 
 

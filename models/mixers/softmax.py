@@ -58,6 +58,12 @@ def softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
   return _chunked_attention(q, k, v, mask, bias, query_chunk)[:, :num_queries]
 
 
+def einsum_path(settings: dict) -> str:
+  """The einsum path's record for a mixer block with a `query_chunk` setting."""
+  chunk = settings.get("query_chunk", 0)
+  return f"einsum (query chunks of {chunk})" if chunk > 0 else "einsum (one piece)"
+
+
 def implementation_for(implementation: str, dtype, head_dim: int | None) -> str:
   """What `implementation` runs as on this process's default backend: "auto" becomes "cudnn"
   where cuDNN's fused attention can take the inputs (an NVIDIA GPU, bf16/f16, a head dim it
@@ -211,10 +217,7 @@ class SoftmaxMixer(nn.Module):
     """What a model with this config block computes through on this process's backend, e.g.
     "cudnn", "xla", "einsum (one piece)", "einsum (query chunks of 128)"."""
     path = implementation_for(settings.get("implementation", "auto"), dtype, head_dim)
-    chunk = settings.get("query_chunk", 0)
-    if path != "einsum":
-      return path
-    return f"einsum (query chunks of {chunk})" if chunk > 0 else "einsum (one piece)"
+    return einsum_path(settings) if path == "einsum" else path
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from lra import errors
 from lra.models.mixers.projections import project_qkv
-from lra.models.mixers.softmax import softmax_attention
+from lra.models.mixers.softmax import einsum_path, softmax_attention
 
 MODES = ("random", "factorized_random", "dense")
 
@@ -66,6 +66,12 @@ class SynthesizerMixer(nn.Module):
   dot_product: bool = True
   max_length: int = 0
   query_chunk: int = 0
+
+  @classmethod
+  def execution_path(cls, settings: dict, dtype: str, head_dim: int | None = None) -> str:
+    """For run records: "einsum (one piece)" or "einsum (query chunks of 128)"."""
+    del dtype, head_dim  # one implementation on every backend
+    return einsum_path(settings)
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool, carry=None):
