@@ -109,8 +109,7 @@ def laptop(c: ml_collections.ConfigDict) -> None:
   # Under one epoch no image is seen twice: nothing to regularise (LRA: 0.2 over 200 epochs).
   c.model.dropout = 0.0
   c.train.dropout_bits = "paired"  # as ListOps' laptop, should an override turn dropout on
-  # The same values, far less memory (ListOps' laptop).
-  c.mixers.softmax.query_chunk = c.mixers.synthesizer.query_chunk = 128
+  c.mixers.softmax.query_chunk = 128  # the same values, far less memory (ListOps' laptop)
   common.lra_cosine(c, batch_size=LAPTOP_BATCH, learning_rate=1e-3, num_train=NUM_TRAIN)
   c.train.num_steps = LAPTOP_STEPS
   c.train.warmup_steps = LAPTOP_STEPS // 10  # LRA: one epoch of 200; ours: a tenth of the run
