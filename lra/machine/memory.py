@@ -100,7 +100,7 @@ def shrinking_settings(config: ml_collections.ConfigDict, step: str, need: int |
     if half < config.eval.batch_size:
       settings.append(f"--config.eval.batch_size={half}")
   mixer = config.model.mixer
-  if mixer in ("softmax", "synthesizer") and not config.mixers[mixer].get("query_chunk", 1):
+  if mixer in ("softmax", "synthesizer") and not config.mixers[mixer].query_chunk:
     settings.append(f"--config.mixers.{mixer}.query_chunk=128")
   if mixer == "softmax":
     softmax = config.mixers.softmax
