@@ -531,6 +531,16 @@ def test_squares_are_their_own_column_never_lras_pathfinder_with_the_rank_correl
   assert "NOT LRA's Pathfinder" in body
 
 
+def test_the_committed_readme_status_starts_each_sentence_with_a_capital():
+  """The short status is phrases joined into sentences; a count that opens a sentence after the
+  summary words ("... rank them. All 19 built-in mixers complete") is capitalised."""
+  import re
+  from lra.report import table_status
+  text = (ROOT / "README.md").read_text()
+  start, end = (text.index(m) for m in table_status.README_MARKERS)
+  assert not re.findall(r"\. [a-z]\w*", text[start:end])
+
+
 def test_the_status_is_written_from_the_runs_and_reads_well_with_any_number_of_rows(tmp_path):
   """`lra table --committed` writes the README's short status and docs/status.md's block from the
   runs and the ledger: ListOps' range among the mixers that learn, the squares column's count and

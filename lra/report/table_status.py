@@ -87,7 +87,8 @@ class Status:
     stuck = [r for r in rows if r["at_chance"]]
     words = _listops_words(learned) if brief else ""
     text = head + (f"; {_budget(rows)})" if not brief else ")") + ": " + (
-        f"{words}. " if words else "") + f"{self._of_builtin(rows)} "
+        f"{words}. {_upper_first(self._of_builtin(rows))} " if words
+        else f"{self._of_builtin(rows)} ")
     text += "complete" + ("" if brief else f" in {_span(rows, 'wall_time_s', _duration)} each")
     if learned:
       verb = "learns and ends" if len(learned) == 1 else "learn end"
@@ -126,15 +127,17 @@ class Status:
     text = head + ("" if brief or not rows else f"; {_budget(rows)}") + "): "
     words = self._squares_words(rows) if brief else ""
     text += f"{words}. " if words else ""
+    # After the words a new sentence starts with the count.
+    of_builtin = _upper_first(self._of_builtin(rows)) if words else self._of_builtin(rows)
     done = "complete" + (" so far" if self._missing(rows) else "")
     if not rows:
       text += f"none of the {len(self.mixers)} built-in mixers has a complete run yet"
     elif len(rows) == 1:
-      text += f"{self._of_builtin(rows)} {done}: {_scores(rows)}"
+      text += f"{of_builtin} {done}: {_scores(rows)}"
     elif brief:
       top = max(rows, key=lambda r: r["test_accuracy"])
       low = min(rows, key=lambda r: r["test_accuracy"])
-      text += (f"{self._of_builtin(rows)} {done}, from {_pct(low['test_accuracy'])} "
+      text += (f"{of_builtin} {done}, from {_pct(low['test_accuracy'])} "
                f"({low['mixer']}) to {_pct(top['test_accuracy'])} ({top['mixer']})")
       seeded = [r for r in rows if r.get("num_runs", 1) > 1]
       if seeded:
@@ -142,7 +145,7 @@ class Status:
             f"{r['mixer']} {_seed_range(r)} ({r['num_runs']} seeds)" for r in seeded)
     else:
       ranked = sorted(rows, key=lambda r: -r["test_accuracy"])
-      text += f"{self._of_builtin(rows)} {done}: {_scores(ranked)}"
+      text += f"{of_builtin} {done}: {_scores(ranked)}"
     if rows and not brief:
       text += " test at the best validation step"
       missing = self._missing(rows)
@@ -393,6 +396,11 @@ def _cost(row: Row, rate: bool = False) -> str:
   kind = "measured" if h200.get("source", "").startswith("measured") else "an estimate"
   return (f", takes ~{_duration(60 * minutes)} on an H200"
           + (f" at {h200['steps_per_s']:g} steps/s" if rate else "") + f", {kind}")
+
+
+def _upper_first(text: str) -> str:
+  """A phrase as a sentence's start: "all 19 ..." -> "All 19 ..."."""
+  return text[:1].upper() + text[1:]
 
 
 def _pct(value: float) -> str:
