@@ -63,11 +63,13 @@ class Status:
     """The fine-tunes from self-pretraining of `preset` on `task` (no other settings)."""
     return [r for r in self.rows.get(task, []) if r["preset"] == f"{preset} ({preset}+spt)"]
 
-  def _of_builtin(self, rows: list[Row]) -> str:
-    """"all 19 built-in mixers", or "3 of the 19 built-in mixers" (and any others, counted)."""
+  def _of_builtin(self, rows: list[Row], opens_sentence: bool = False) -> str:
+    """"all 19 built-in mixers" ("All" where it opens a sentence), or "3 of the 19 built-in
+    mixers" (and any others, counted)."""
     builtin = {r["mixer"] for r in rows} & set(self.mixers)
     others = len({r["mixer"] for r in rows} - builtin)
-    text = (f"all {len(self.mixers)} built-in mixers" if len(builtin) == len(self.mixers)
+    every = "All" if opens_sentence else "all"
+    text = (f"{every} {len(self.mixers)} built-in mixers" if len(builtin) == len(self.mixers)
             else f"{len(builtin)} of the {len(self.mixers)} built-in mixers")
     return text + (f" and {others} other(s)" if others else "")
 
@@ -87,8 +89,7 @@ class Status:
     stuck = [r for r in rows if r["at_chance"]]
     words = _listops_words(learned) if brief else ""
     text = head + (f"; {_budget(rows)})" if not brief else ")") + ": " + (
-        f"{words}. {_upper_first(self._of_builtin(rows))} " if words
-        else f"{self._of_builtin(rows)} ")
+        f"{words}. " if words else "") + f"{self._of_builtin(rows, opens_sentence=bool(words))} "
     text += "complete" + ("" if brief else f" in {_span(rows, 'wall_time_s', _duration)} each")
     if learned:
       verb = "learns and ends" if len(learned) == 1 else "learn end"
@@ -127,8 +128,7 @@ class Status:
     text = head + ("" if brief or not rows else f"; {_budget(rows)}") + "): "
     words = self._squares_words(rows) if brief else ""
     text += f"{words}. " if words else ""
-    # After the words a new sentence starts with the count.
-    of_builtin = _upper_first(self._of_builtin(rows)) if words else self._of_builtin(rows)
+    of_builtin = self._of_builtin(rows, opens_sentence=bool(words))
     done = "complete" + (" so far" if self._missing(rows) else "")
     if not rows:
       text += f"none of the {len(self.mixers)} built-in mixers has a complete run yet"
@@ -396,11 +396,6 @@ def _cost(row: Row, rate: bool = False) -> str:
   kind = "measured" if h200.get("source", "").startswith("measured") else "an estimate"
   return (f", takes ~{_duration(60 * minutes)} on an H200"
           + (f" at {h200['steps_per_s']:g} steps/s" if rate else "") + f", {kind}")
-
-
-def _upper_first(text: str) -> str:
-  """A phrase as a sentence's start: "all 19 ..." -> "All 19 ..."."""
-  return text[:1].upper() + text[1:]
 
 
 def _pct(value: float) -> str:
